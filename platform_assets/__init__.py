@@ -1,0 +1,1 @@
+"""A Dagster-orchestrated training-data platform: raw sources to versioned training shards."""

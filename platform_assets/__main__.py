@@ -1,0 +1,3 @@
+from platform_assets.cli import main
+
+raise SystemExit(main())

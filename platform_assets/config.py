@@ -1,0 +1,257 @@
+"""The pipeline config: one YAML file for sources, stage parameters and storage locations.
+
+Validation is strict (unknown keys and wrong types are errors) and errors name the offending key,
+e.g. ``sources[1] (name='web').text_field: Input should be a valid string``. Structure is checked
+when the file is loaded; paths are checked by :meth:`PipelineConfig.check_source_paths` just before
+a source is read, so a missing path fails that run fast with the source's name, while the Dagster
+code location (which loads the config for sensors and partitions) keeps loading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG_ENV = "PLATFORM_CONFIG"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = REPO_ROOT / "configs" / "sample.yaml"
+
+SOURCE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}$"
+
+
+class ConfigError(ValueError):
+    """The config file is missing, unparsable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _SourceBase(_Strict):
+    name: Annotated[str, Field(pattern=SOURCE_NAME_PATTERN)]
+    """Partition key of this source in every per-source asset: lower case, digits, `_`, `-`."""
+    path: str
+    """A file, a directory, or a glob; local (relative to the config file) or an s3:// URI."""
+    license: str | None = None
+    snapshot_time: datetime | None = None
+    """Overrides the per-file modification time recorded as `ingested_at`."""
+
+    def is_remote(self) -> bool:
+        return "://" in self.path
+
+
+class _FileSource(_SourceBase):
+    pattern: str | None = None
+    """Glob applied under `path` when it is a directory (default per format, e.g. `*.jsonl*`)."""
+    encoding: str = "utf-8"
+    """Legacy encodings (latin-1, cp1252, shift_jis, ...) are decoded here, at ingest."""
+
+
+class JsonlSource(_FileSource):
+    format: Literal["jsonl"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    """Fields kept in `meta`; None keeps every field except the text."""
+
+
+class CsvSource(_FileSource):
+    format: Literal["csv"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
+
+
+class ParquetSource(_FileSource):
+    format: Literal["parquet"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+
+
+class TextSource(_FileSource):
+    format: Literal["text"]
+    unit: Literal["line", "file"] = "file"
+    """`line`: every non-blank line is a document; `file`: every file is one."""
+
+
+class FolderSource(_FileSource):
+    format: Literal["folder"]
+    """A folder of documents, one per file; HTML files are kept as modality `html` for cleaning."""
+
+
+class HuggingFaceSource(_SourceBase):
+    format: Literal["hf"]
+    config_name: str | None = None
+    split: str = "train"
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    streaming: bool = True
+    """Hub ids and local data directories load through `load_dataset(..., streaming=True)`; a
+    directory written by `save_to_disk` loads through `load_from_disk`."""
+
+    def is_remote(self) -> bool:
+        return not _looks_like_local_path(self.path)
+
+
+SourceConfig = Annotated[
+    JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource,
+    Field(discriminator="format"),
+]
+
+
+class S3Options(_Strict):
+    endpoint_url: str | None = None
+    """For MinIO or a local moto server; credentials come from the standard AWS environment."""
+    region: str = "us-east-1"
+
+
+class StorageConfig(_Strict):
+    root: str = "../data"
+    """Where every asset writes: a local directory (relative to the config file) or s3://bucket/prefix."""
+    s3: S3Options = S3Options()
+
+
+class IngestConfig(_Strict):
+    batch_rows: Annotated[int, Field(gt=0)] = 8192
+    # Bounds memory whatever the document sizes: a batch is flushed at 8k rows or 64 MiB of text.
+    batch_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
+    max_document_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
+    part_max_bytes: Annotated[int, Field(gt=0)] = 512 * 2**20
+    """Start a new part file once this many uncompressed bytes went into the current one."""
+    compression: Literal["zstd", "snappy", "none"] = "zstd"
+    max_quarantine_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
+    """Above this share of quarantined inputs the `quarantine_rate_within_bounds` check warns."""
+
+
+class PipelineConfig(_Strict):
+    storage: StorageConfig = StorageConfig()
+    sources: list[SourceConfig]
+    ingest: IngestConfig = IngestConfig()
+    config_dir: Path = Field(default=Path("."), exclude=True)
+    """Directory of the config file: relative paths resolve against it. Set by the loader."""
+
+    @field_validator("sources")
+    @classmethod
+    def _names_unique(cls, sources: list[Any]) -> list[Any]:
+        seen: set[str] = set()
+        for s in sources:
+            if s.name in seen:
+                raise ValueError(f"source name {s.name!r} is used twice")
+            seen.add(s.name)
+        return sources
+
+    def source(self, name: str) -> JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(f"no source named {name!r} in the config (known: {', '.join(self.source_names())})")
+
+    def source_names(self) -> list[str]:
+        return [s.name for s in self.sources]
+
+    def resolve(self, path: str) -> str:
+        """A config path made absolute: URIs as they are, local paths against the config's folder."""
+        if "://" in path:
+            return path
+        p = Path(os.path.expanduser(path))
+        return str(p if p.is_absolute() else (self.config_dir / p).resolve())
+
+    @property
+    def storage_root(self) -> str:
+        return self.resolve(self.storage.root)
+
+    def source_location(self, name: str) -> str:
+        src = self.source(name)
+        if isinstance(src, HuggingFaceSource) and src.is_remote():
+            return src.path  # a hub id, resolved by `datasets`
+        return self.resolve(src.path)
+
+    def check_source_paths(self, names: list[str] | None = None) -> None:
+        """Fail fast, naming the source, when a local source path does not exist."""
+        for name in names or self.source_names():
+            src = self.source(name)
+            if src.is_remote():
+                continue
+            location = self.resolve(src.path)
+            if _has_glob(location):
+                import glob
+
+                if not glob.glob(location, recursive=True):
+                    raise ConfigError(f"source {name!r}: no file matches {src.path!r} (resolved to {location})")
+            elif not Path(location).exists():
+                raise ConfigError(f"source {name!r}: path {src.path!r} does not exist (resolved to {location})")
+
+
+def _has_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _looks_like_local_path(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(path))
+
+
+def _format_errors(err: ValidationError, raw: dict[str, Any]) -> str:
+    lines = []
+    for e in err.errors():
+        parts: list[str] = []
+        loc = list(e["loc"])
+        node: Any = raw
+        i = 0
+        while i < len(loc):
+            key = loc[i]
+            if isinstance(key, int):
+                label = f"[{key}]"
+                if isinstance(node, list) and key < len(node):
+                    node = node[key]
+                    if isinstance(node, dict) and "name" in node:
+                        label += f" (name={node['name']!r})"
+                    # pydantic inserts the union tag (e.g. 'jsonl') after a list index: skip it
+                    if i + 1 < len(loc) and isinstance(node, dict) and loc[i + 1] == node.get("format"):
+                        i += 1
+                parts.append(label)
+            else:
+                parts.append(("." if parts else "") + str(key))
+                node = node.get(key) if isinstance(node, dict) else None
+            i += 1
+        where = "".join(parts) or "<top level>"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {where}: {msg}")
+    return "invalid pipeline config:\n" + "\n".join(lines)
+
+
+def parse_config(raw: dict[str, Any], config_dir: Path) -> PipelineConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("invalid pipeline config: the top level must be a mapping")
+    try:
+        cfg = PipelineConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, raw)) from None
+    return cfg.model_copy(update={"config_dir": config_dir.resolve()})
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
+    """Load and validate the config at `path`, $PLATFORM_CONFIG, or configs/sample.yaml."""
+    path = Path(path or os.environ.get(DEFAULT_CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read pipeline config {path}: {err.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"pipeline config {path} is not valid YAML: {err}") from None
+    return parse_config(raw, path.parent)
+
+
+def default_config_path() -> str:
+    return str(os.environ.get(DEFAULT_CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+
+
+SOURCE_NAME_RE = re.compile(SOURCE_NAME_PATTERN)

@@ -1,0 +1,25 @@
+"""A daily refresh of every configured source; off by default, switched on in the UI."""
+
+
+import dagster as dg
+
+from platform_assets.defs.pipeline.jobs import per_source_job
+from platform_assets.defs.raw_documents.partitions import source_partitions
+from platform_assets.defs.resources import PipelineResource
+
+
+@dg.schedule(
+    job=per_source_job,
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="03:00 UTC: one run per configured source (registering new sources as partitions).",
+)
+def daily_refresh(context: dg.ScheduleEvaluationContext, pipeline: PipelineResource):
+    names = pipeline.config().source_names()
+    known = set(context.instance.get_dynamic_partitions(source_partitions.name))
+    missing = [n for n in names if n not in known]
+    if missing:
+        context.instance.add_dynamic_partitions(source_partitions.name, missing)
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return [dg.RunRequest(run_key=f"{name}:{day}", partition_key=name) for name in names]

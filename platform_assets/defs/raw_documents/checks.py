@@ -1,0 +1,56 @@
+"""Quality gates on raw_documents, evaluated in the materializing step on the committed output.
+
+The first three are blocking: a failure stops downstream assets in the same run, so a broken reader
+cannot feed cleaning an empty or malformed source.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from platform_assets.config import PipelineConfig
+from platform_assets.ingest.run import IngestResult
+from platform_assets.ingest.validation import duplicate_ids, schema_problems
+from platform_assets.schema import DOCUMENTS_SCHEMA
+from platform_assets.storage import Storage
+
+ASSET = "raw_documents"
+
+RAW_DOCUMENT_CHECKS = [
+    dg.AssetCheckSpec("schema_matches", asset=ASSET, blocking=True,
+                      description="Every part file has the versioned documents schema."),
+    dg.AssetCheckSpec("ids_unique", asset=ASSET, blocking=True,
+                      description="No document id appears twice in the source's output."),
+    dg.AssetCheckSpec("source_not_empty", asset=ASSET, blocking=True,
+                      description="The source produced at least one document."),
+    dg.AssetCheckSpec("quarantine_rate_within_bounds", asset=ASSET,
+                      description="Quarantined inputs are at most `ingest.max_quarantine_fraction` of all inputs."),
+]
+
+
+def evaluate_raw_document_checks(
+    storage: Storage, rel_dir: str, result: IngestResult, cfg: PipelineConfig
+) -> list[dg.AssetCheckResult]:
+    problems = schema_problems(storage, rel_dir, DOCUMENTS_SCHEMA)
+    dups = duplicate_ids(storage, rel_dir)
+    seen = result.rows + result.quarantined
+    fraction = result.quarantined / seen if seen else 0.0
+    bound = cfg.ingest.max_quarantine_fraction
+    return [
+        dg.AssetCheckResult(
+            check_name="schema_matches", passed=not problems,
+            metadata={"problems": "\n".join(problems[:20]) or "none", "files_checked": len(result.parts)},
+        ),
+        dg.AssetCheckResult(
+            check_name="ids_unique", passed=dups.duplicates == 0,
+            metadata={"rows": dups.rows, "distinct_ids": dups.distinct,
+                      "examples": ", ".join(f"{i} x{n}" for i, n in dups.examples) or "none"},
+        ),
+        dg.AssetCheckResult(check_name="source_not_empty", passed=result.rows > 0,
+                            metadata={"rows": result.rows, "input_files": result.input_files}),
+        dg.AssetCheckResult(
+            check_name="quarantine_rate_within_bounds", passed=fraction <= bound,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"quarantined": result.quarantined, "fraction": round(fraction, 6), "bound": bound},
+        ),
+    ]

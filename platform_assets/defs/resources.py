@@ -1,0 +1,52 @@
+"""The one resource every stage uses: the pipeline config and the storage it names."""
+
+
+import os
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from platform_assets.config import PipelineConfig, default_config_path, load_config
+from platform_assets.storage import S3Credentials, Storage
+
+
+class PipelineResource(dg.ConfigurableResource):
+    """Loads the pipeline YAML and opens the storage root it names (local directory or S3).
+
+    S3 endpoint and credentials may come from dagster-aws's `S3Resource` (configurable in the UI and
+    with `EnvVar`s); whatever it leaves unset falls back to the config file and the AWS environment.
+    """
+
+    config_path: str = default_config_path()
+    s3: S3Resource | None = None
+
+    def config(self) -> PipelineConfig:
+        return load_config(self.config_path)
+
+    def credentials(self) -> S3Credentials | None:
+        if self.s3 is None or not self.s3.aws_access_key_id:
+            return None
+        return S3Credentials(self.s3.aws_access_key_id, self.s3.aws_secret_access_key, self.s3.aws_session_token)
+
+    def storage(self, cfg: PipelineConfig | None = None) -> Storage:
+        cfg = cfg or self.config()
+        endpoint = (self.s3.endpoint_url if self.s3 else None) or cfg.storage.s3.endpoint_url
+        region = (self.s3.region_name if self.s3 else None) or cfg.storage.s3.region
+        return Storage(cfg.storage_root, endpoint, region, self.credentials())
+
+
+def default_pipeline_resource() -> PipelineResource:
+    s3 = None
+    if os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ACCESS_KEY_ID"):
+        s3 = S3Resource(
+            endpoint_url=os.environ.get("AWS_ENDPOINT_URL"),
+            region_name=os.environ.get("AWS_REGION", "us-east-1"),
+            aws_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID") if os.environ.get("AWS_ACCESS_KEY_ID") else None,
+            aws_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY") if os.environ.get("AWS_SECRET_ACCESS_KEY") else None,
+        )
+    return PipelineResource(config_path=default_config_path(), s3=s3)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    return dg.Definitions(resources={"pipeline": default_pipeline_resource()})

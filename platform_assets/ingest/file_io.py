@@ -1,0 +1,138 @@
+"""Byte-level helpers shared by the file readers: opening (with decompression), sniffing, lines."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+READ_CHUNK = 4 * 2**20  # 4 MiB reads: large enough to amortise per-call cost, small for memory
+SNIFF_BYTES = 8192
+_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+
+
+def compression_of(path: str) -> str | None:
+    for ext, codec in _COMPRESSION.items():
+        if path.endswith(ext):
+            return codec
+    return None
+
+
+def open_stream(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
+    """A sequential byte stream, transparently decompressed by extension (.gz, .bz2, .zst, .lz4)."""
+    raw = fs.open_input_stream(path)
+    codec = compression_of(path)
+    return pa.CompressedInputStream(raw, codec) if codec else raw
+
+
+def looks_binary(head: bytes) -> bool:
+    """A NUL byte in the first 8 KiB: how git and grep tell binary from text. UTF-16 text also has
+    NULs; it is declared with `encoding:` and decoded before this check would matter."""
+    return b"\x00" in head[:SNIFF_BYTES]
+
+
+BLOCK_BYTES = 16 * 2**20  # whole-line blocks handed to the Arrow JSON parser
+
+
+def iter_line_blocks(
+    stream: pa.NativeFile, max_line_bytes: int, block_bytes: int = BLOCK_BYTES
+) -> Iterator[tuple[int, bytes | None, int]]:
+    """Yield (number of the block's first line, block of whole lines, number of lines in it).
+
+    A block holds complete lines (the last one newline-terminated unless it ends the file) and is
+    at most about `block_bytes`. A line longer than `max_line_bytes` comes alone as
+    (n, None, its length in bytes), after being skipped without holding more than
+    `max_line_bytes + READ_CHUNK` bytes: a 50 MB single-line file cannot grow a worker's memory
+    with it.
+    """
+    lineno = 1
+    pending = b""
+    skipping = 0  # bytes of an overlong line seen so far; 0 when not skipping
+    while True:
+        chunk = stream.read(max(READ_CHUNK, block_bytes - len(pending)))
+        if not chunk:
+            break
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                skipping += len(chunk)
+                continue
+            yield lineno, None, skipping + nl
+            lineno, skipping, chunk = lineno + 1, 0, chunk[nl + 1 :]
+        buf = pending + chunk if pending else chunk
+        cut = buf.rfind(b"\n") + 1
+        block, pending = buf[:cut], buf[cut:]
+        if block:
+            n_lines = block.count(b"\n")
+            yield from _split_overlong(block, lineno, max_line_bytes, n_lines)
+            lineno += n_lines
+        if len(pending) > max_line_bytes:
+            skipping, pending = len(pending), b""
+    if skipping:
+        yield lineno, None, skipping
+    elif pending:
+        yield from _split_overlong(pending, lineno, max_line_bytes, pending.count(b"\n") + 1)
+
+
+def _line_count(block: bytes) -> int:
+    return block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+
+
+def _split_overlong(
+    block: bytes, lineno: int, max_line_bytes: int, n_lines: int
+) -> Iterator[tuple[int, bytes | None, int]]:
+    if len(block) <= max_line_bytes:
+        yield lineno, block, n_lines
+        return
+    # rare: the block holds a line over the bound; cut it out so that it is reported alone
+    lines = block.split(b"\n")
+    keep_from = 0
+    for i, line in enumerate(lines):
+        if len(line) > max_line_bytes:
+            if keep_from < i:
+                yield lineno + keep_from, b"\n".join(lines[keep_from:i]) + b"\n", i - keep_from
+            yield lineno + i, None, len(line)
+            keep_from = i + 1
+    rest = b"\n".join(lines[keep_from:])
+    if rest:
+        yield lineno + keep_from, rest, _line_count(rest)
+
+
+def block_lines(block: bytes) -> list[bytes]:
+    """A block's lines without newlines (a final newline does not start an extra line)."""
+    lines = block.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def iter_lines(stream: pa.NativeFile, max_line_bytes: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """Yield (1-based line number, line without its newline, length); overlong lines as None."""
+    for first, block, count in iter_line_blocks(stream, max_line_bytes):
+        if block is None:
+            yield first, None, count
+            continue
+        for i, line in enumerate(block_lines(block)):
+            yield first + i, line, len(line)
+
+
+class RawStreamIO(io.RawIOBase):
+    """Adapts a pyarrow stream to Python's io stack (for csv.reader via TextIOWrapper)."""
+
+    def __init__(self, stream: pa.NativeFile):
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._stream.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        return n
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()

@@ -1,0 +1,128 @@
+"""Dispatch from a configured source to the records of all its files, in a stable order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from platform_assets.config import (
+    CsvSource,
+    FolderSource,
+    HuggingFaceSource,
+    JsonlSource,
+    ParquetSource,
+    PipelineConfig,
+    TextSource,
+)
+from platform_assets.ingest.file_io import looks_binary, open_stream
+from platform_assets.ingest.readers.delimited import read_csv
+from platform_assets.ingest.readers.huggingface import read_huggingface
+from platform_assets.ingest.readers.jsonl import read_jsonl
+from platform_assets.ingest.readers.parquet import read_parquet
+from platform_assets.ingest.readers.plain_text import read_lines, read_whole_file
+from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
+from platform_assets.schema import QuarantineReason as Q
+from platform_assets.storage import FileEntry, S3Credentials, list_files, resolve_filesystem
+
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+DEFAULT_PATTERNS: dict[str, tuple[str, ...] | None] = {
+    "jsonl": tuple(f"*.{ext}{c}" for ext in ("jsonl", "ndjson", "json") for c in ("", *_COMPRESSED)),
+    "csv": tuple(f"*.{ext}{c}" for ext in ("csv", "tsv") for c in ("", *_COMPRESSED)),
+    "parquet": ("*.parquet", "*.pq"),
+    "text": tuple(f"*.txt{c}" for c in ("", *_COMPRESSED)),
+    "folder": None,  # every file
+}
+
+
+def _split_glob(path: str) -> tuple[str, str | None]:
+    """'/data/web/*/part-*.jsonl' -> ('/data/web', '*/part-*.jsonl')."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if any(c in part for c in "*?["):
+            return "/".join(parts[:i]) or "/", "/".join(parts[i:])
+    return path, None
+
+
+def source_files(
+    cfg: PipelineConfig, name: str, credentials: S3Credentials | None = None
+) -> tuple[ReadContext, str, list[FileEntry]]:
+    """The read context, root and sorted file list of a file-based source."""
+    src = cfg.source(name)
+    location = cfg.source_location(name)
+    fs, path = resolve_filesystem(location, cfg.storage.s3.endpoint_url, cfg.storage.s3.region, credentials)
+    root, glob_pattern = _split_glob(path)
+    patterns: str | tuple[str, ...] | None = glob_pattern or src.pattern or DEFAULT_PATTERNS[src.format]
+    files = list_files(fs, root, patterns)
+    ctx = ReadContext(
+        source=name,
+        fs=fs,
+        quarantine=QuarantineSink(name),
+        max_document_bytes=cfg.ingest.max_document_bytes,
+        encoding=getattr(src, "encoding", "utf-8"),
+        snapshot_s=int(src.snapshot_time.timestamp()) if src.snapshot_time else None,
+        display_prefix="s3://" if location.startswith("s3://") else "",
+    )
+    return ctx, root, files
+
+
+def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator[Record | RecordBlock]:
+    if isinstance(src, ParquetSource):
+        yield from read_parquet(ctx, file, src.text_field, src.meta_fields)
+        return
+    with open_stream(ctx.fs, file.path) as stream:
+        if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
+            yield from read_whole_file(ctx, file, stream, root)
+            return
+        head = stream.read(8192)
+    if looks_binary(head):
+        ctx.quarantine.add(ctx.uri(file.path), Q.BINARY_FILE, "NUL bytes in the first 8 KiB", head[:64])
+        return
+    with open_stream(ctx.fs, file.path) as stream:
+        if isinstance(src, JsonlSource):
+            yield from read_jsonl(ctx, file, stream, src.text_field, src.meta_fields)
+        elif isinstance(src, CsvSource):
+            yield from read_csv(ctx, file, stream, src.text_field, src.meta_fields, src.delimiter)
+        elif isinstance(src, TextSource):
+            yield from read_lines(ctx, file, stream)
+        else:  # pragma: no cover - the config's discriminated union has no other file formats
+            raise TypeError(f"no file reader for {type(src).__name__}")
+
+
+def _guarded(
+    ctx: ReadContext, file: FileEntry, records: Callable[[], Iterator[Record | RecordBlock]]
+) -> Iterator[Record | RecordBlock]:
+    """A file that fails mid-read keeps what was read before and is quarantined with the error."""
+    uri = ctx.uri(file.path)
+    if file.size == 0:
+        ctx.quarantine.add(uri, Q.EMPTY_FILE, "0 bytes")
+        return
+    before = sum(ctx.quarantine.counts.values())
+    n = 0
+    try:
+        for rec in records():
+            n += len(rec) if isinstance(rec, RecordBlock) else 1
+            yield rec
+    except (OSError, pa.ArrowException, EOFError) as err:
+        ctx.quarantine.add(uri, Q.UNREADABLE_FILE, f"after {n} records: {type(err).__name__}: {err}")
+        return
+    if n == 0 and sum(ctx.quarantine.counts.values()) == before:
+        ctx.quarantine.add(uri, Q.EMPTY_FILE, "no records (only blank lines)")
+
+
+def iter_source_records(
+    cfg: PipelineConfig, name: str, credentials: S3Credentials | None = None
+) -> tuple[QuarantineSink, int, Iterator[Record | RecordBlock]]:
+    """(quarantine sink, number of input files, record iterator) for one configured source."""
+    src = cfg.source(name)
+    if isinstance(src, HuggingFaceSource):
+        sink = QuarantineSink(name)
+        mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
+        return sink, 1, read_huggingface(src, cfg.source_location(name), sink, mtime)
+    ctx, root, files = source_files(cfg, name, credentials)
+
+    def records() -> Iterator[Record | RecordBlock]:
+        for file in files:
+            yield from _guarded(ctx, file, lambda f=file: _file_records(ctx, src, root, f))
+
+    return ctx.quarantine, len(files), records()

@@ -1,0 +1,166 @@
+"""JSON Lines: one object per line; every bad line is quarantined, the rest of the file survives.
+
+Two paths, same output. Blocks of ~16 MiB of whole lines go to pyarrow's C++ JSON parser (the text
+never becomes a Python str; ~4x faster than orjson per line here). Any irregularity in a block
+(a malformed line, invalid UTF-8, a missing/non-string/blank text, blank lines) sends that block to
+the per-line path, which finds the bad lines and quarantines each with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from platform_assets.ingest.file_io import block_lines, iter_line_blocks
+from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
+from platform_assets.ingest.records import ReadContext, Record, RecordBlock
+from platform_assets.schema import QuarantineReason as Q
+from platform_assets.storage import FileEntry
+
+
+def _has_temporal(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        return True
+    return any(_has_temporal(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else False
+
+
+PARSE_BLOCK_BYTES = 2 * 2**20
+
+
+class ArrowJsonBlockParser:
+    """Parses a block with Arrow, or says it can't (None) so the caller takes the per-line path."""
+
+    def __init__(self, text_field: str, meta_fields: list[str] | None):
+        self.text_field = text_field
+        self.meta_fields = meta_fields
+        # Arrow infers timestamp[s] from ISO-date-looking strings ("2020-01-01"), which would turn
+        # them into datetimes in `meta`; such fields are pinned to string once seen.
+        self.pinned: dict[str, pa.DataType] = {text_field: pa.large_string()}
+
+    def parse(self, block: bytes, n_lines: int) -> pa.Table | None:
+        for _attempt in range(2):
+            table = self._read(block)
+            if table is None:
+                return None
+            temporal = [f.name for f in table.schema if f.name != self.text_field and _has_temporal(f.type)]
+            if not temporal:
+                break
+            if any(pa.types.is_struct(table.schema.field(n).type) or pa.types.is_list(table.schema.field(n).type)
+                   for n in temporal):
+                return None  # a date nested in an object: keep exact text via the per-line path
+            self.pinned.update({n: pa.string() for n in temporal})
+        else:
+            return None
+        if table.num_rows != n_lines:  # blank lines are skipped by Arrow: line numbers would shift
+            return None
+        text = table.column(self.text_field)
+        if text.null_count or not pa.types.is_large_string(text.type):
+            return None
+        try:
+            table.validate(full=True)  # Arrow's JSON parser lets invalid UTF-8 through
+        except pa.ArrowInvalid:
+            return None
+        text = text.combine_chunks()
+        if _any_blank(text):
+            return None
+        return table
+
+    def _read(self, block: bytes) -> pa.Table | None:
+        # Arrow parses its blocks in parallel: 2 MiB blocks keep both cores busy (0.35 s vs 0.54 s
+        # per 100 MB here). A line longer than that straddles blocks; then parse it as one block.
+        for chunk_size in (PARSE_BLOCK_BYTES, len(block) + 1):
+            try:
+                return pajson.read_json(
+                    pa.BufferReader(block),
+                    read_options=pajson.ReadOptions(use_threads=True, block_size=chunk_size),
+                    parse_options=pajson.ParseOptions(
+                        explicit_schema=pa.schema(list(self.pinned.items())), unexpected_field_behavior="infer"
+                    ),
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                if "straddl" not in str(err) or chunk_size > len(block):
+                    return None
+        return None
+
+    def metas(self, table: pa.Table) -> list[str | None]:
+        others = table.drop_columns([self.text_field])
+        if self.meta_fields is not None:
+            others = others.select([m for m in self.meta_fields if m in others.column_names])
+        if others.num_columns == 0:
+            return [None] * table.num_rows
+        return [meta_json(row, self.text_field, None) for row in others.to_pylist()]
+
+
+def _any_blank(text: pa.Array) -> bool:
+    """Is any value empty or whitespace-only? Only values starting with whitespace are scanned in
+    full, so this costs O(rows), not O(bytes)."""
+    if pc.any(pc.equal(pc.binary_length(text), 0)).as_py():
+        return True
+    suspects = text.filter(pc.utf8_is_space(pc.utf8_slice_codeunits(text, 0, 1)))
+    return len(suspects) > 0 and bool(pc.any(pc.utf8_is_space(suspects)).as_py())
+
+
+def read_jsonl(
+    ctx: ReadContext, file: FileEntry, stream, text_field: str, meta_fields: list[str] | None, fast: bool = True
+) -> Iterator[Record | RecordBlock]:
+    base = ctx.uri(file.path)
+    mtime = ctx.mtime(file.mtime_s)
+    parser = ArrowJsonBlockParser(text_field, meta_fields) if fast and _is_utf8(ctx.encoding) else None
+    for first, block, n_lines in iter_line_blocks(stream, ctx.max_document_bytes):
+        if block is None:
+            length = n_lines
+            ctx.quarantine.add(f"{base}#line={first}", Q.DOCUMENT_TOO_LARGE,
+                               f"line of {length} bytes > {ctx.max_document_bytes}")
+            continue
+        table = parser.parse(block, n_lines) if parser is not None else None
+        if table is not None:
+            yield RecordBlock(
+                texts=table.column(text_field).combine_chunks(),
+                uris=[f"{base}#line={first + i}" for i in range(table.num_rows)],
+                metas=parser.metas(table),
+                mtime_s=mtime,
+            )
+            continue
+        for i, line in enumerate(block_lines(block)):
+            rec = _parse_line(ctx, line, f"{base}#line={first + i}", text_field, meta_fields, mtime)
+            if rec is not None:
+                yield rec
+
+
+def _is_utf8(encoding: str) -> bool:
+    return encoding.lower().replace("-", "").replace("_", "") == "utf8"
+
+
+def _parse_line(
+    ctx: ReadContext, line: bytes, uri: str, text_field: str, meta_fields: list[str] | None, mtime: int | None
+) -> Record | None:
+    if not line or line.isspace():
+        return None
+    utf8 = _is_utf8(ctx.encoding)
+    try:
+        # orjson validates UTF-8 itself; a legacy encoding is decoded to str first
+        obj = orjson.loads(line) if utf8 else orjson.loads(line.decode(ctx.encoding))
+    except UnicodeDecodeError as err:
+        ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", line)
+        return None
+    except orjson.JSONDecodeError as err:
+        reason = Q.MALFORMED_JSON
+        if utf8:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                reason = Q.INVALID_UTF8
+        ctx.quarantine.add(uri, reason, str(err), line)
+        return None
+    if not isinstance(obj, dict):
+        ctx.quarantine.add(uri, Q.NOT_A_JSON_OBJECT, f"a JSON {type(obj).__name__}, not an object", line)
+        return None
+    try:
+        return Record(extract_text(obj, text_field), uri, meta_json(obj, text_field, meta_fields), mtime)
+    except Rejected as rej:
+        ctx.quarantine.add(uri, rej.reason, rej.detail, line)
+        return None

@@ -1,0 +1,58 @@
+"""Parquet files: read in record batches of the needed columns only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
+from platform_assets.ingest.records import ReadContext, Record
+from platform_assets.schema import QuarantineReason as Q
+from platform_assets.storage import FileEntry
+
+BATCH_ROWS = 8192
+
+
+def read_parquet(
+    ctx: ReadContext, file: FileEntry, text_field: str, meta_fields: list[str] | None
+) -> Iterator[Record]:
+    base = ctx.uri(file.path)
+    mtime = ctx.mtime(file.mtime_s)
+    try:
+        pf = pq.ParquetFile(ctx.fs.open_input_file(file.path))
+    except (pa.ArrowException, OSError) as err:
+        ctx.quarantine.add(base, Q.UNREADABLE_FILE, f"not a readable Parquet file: {err}")
+        return
+    schema = pf.schema_arrow
+    n_rows = pf.metadata.num_rows
+    if text_field not in schema.names:
+        ctx.quarantine.add(base, Q.MISSING_TEXT_FIELD, f"no column {text_field!r} ({n_rows} rows); columns: {schema.names[:20]}")
+        return
+    text_type = schema.field(text_field).type
+    is_binary = pa.types.is_binary(text_type) or pa.types.is_large_binary(text_type)
+    if not (is_binary or pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        ctx.quarantine.add(base, Q.TEXT_NOT_STRING, f"column {text_field!r} is {text_type} ({n_rows} rows)")
+        return
+    wanted = schema.names if meta_fields is None else [text_field, *[m for m in meta_fields if m in schema.names]]
+    row = 0
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted):
+        texts = batch.column(text_field).to_pylist()
+        others = batch.drop_columns([text_field]).to_pylist() if batch.num_columns > 1 else None
+        for i, text in enumerate(texts):
+            uri = f"{base}#row={row + i}"
+            if is_binary and text is not None:
+                try:
+                    text = text.decode(ctx.encoding)
+                except UnicodeDecodeError as err:
+                    ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", text)
+                    continue
+            record = {text_field: text}
+            if others is not None:
+                record.update(others[i])
+            try:
+                yield Record(extract_text(record, text_field), uri, meta_json(record, text_field, meta_fields), mtime)
+            except Rejected as rej:
+                ctx.quarantine.add(uri, rej.reason, rej.detail)
+        row += batch.num_rows

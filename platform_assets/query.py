@@ -1,0 +1,34 @@
+"""DuckDB over the platform's outputs, local or S3, without DuckDB's own S3 extension.
+
+Each output directory is opened as a pyarrow dataset through the storage layer and registered as a
+DuckDB view, so the same SQL works on a laptop directory and an S3 prefix (duckdb 2.0 cannot load
+httpfs offline; Arrow's S3 client needs no extension). DuckDB pushes projections and filters into
+the Arrow scan, so `SELECT count(*)` reads no text.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow.dataset as pads
+
+from platform_assets.storage import Storage
+
+QUARANTINE_GLOB = "_quarantine.parquet"
+
+
+def output_dataset(storage: Storage, rel_dir: str, data_files: str = "part-*.parquet") -> pads.Dataset | None:
+    """The dataset of an output directory's data files (None when it has none)."""
+    files = [e.path for e in storage.list_files(rel_dir, data_files)]
+    if not files:
+        return None
+    return pads.dataset(files, filesystem=storage.fs, format="parquet")
+
+
+def connect(storage: Storage, views: dict[str, tuple[str, str]]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with one view per entry: name -> (output dir, file glob)."""
+    con = duckdb.connect()
+    for name, (rel_dir, pattern) in views.items():
+        ds = output_dataset(storage, rel_dir, pattern)
+        if ds is not None:
+            con.register(name, ds)
+    return con

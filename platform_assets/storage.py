@@ -1,0 +1,282 @@
+"""One filesystem layer for every read and write, local or S3, with atomic directory commits.
+
+Everything goes through pyarrow's FileSystem, so a root of ``/data/platform`` or
+``s3://bucket/prefix`` is a config change and nothing else. Outputs are written into a staging
+directory and committed as a whole:
+
+- local: the staging directory replaces the old output by two renames (``old -> .trash``,
+  ``staging -> final``); both are atomic on POSIX and a crash between them is repaired on the next
+  open (the trash is renamed back), so readers see either the previous output or the new one;
+- S3: objects are written under a staging prefix and then copied into place; every single object
+  appears atomically (S3 PUT semantics). ``_manifest.json`` is written last and lists each file with
+  its size and sha256, so a reader can tell a complete output from an interrupted copy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+MANIFEST_NAME = "_manifest.json"
+_HASH_CHUNK = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """Explicit credentials (e.g. from dagster-aws's S3Resource); None fields fall back to the
+    standard AWS environment/profile chain."""
+
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+
+
+def s3_filesystem(
+    endpoint_url: str | None = None, region: str = "us-east-1", credentials: S3Credentials | None = None
+) -> pafs.S3FileSystem:
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    kwargs: dict[str, object] = {"region": region}
+    if credentials and credentials.access_key:
+        kwargs.update(access_key=credentials.access_key, secret_key=credentials.secret_key,
+                      session_token=credentials.session_token)
+    if endpoint_url:
+        parsed = urlparse(endpoint_url if "://" in endpoint_url else f"https://{endpoint_url}")
+        kwargs["endpoint_override"] = parsed.netloc
+        kwargs["scheme"] = parsed.scheme
+        # MinIO and moto serve every bucket on the endpoint's own host: path-style addressing.
+        kwargs["force_virtual_addressing"] = False
+    return pafs.S3FileSystem(**kwargs)
+
+
+def resolve_filesystem(
+    location: str,
+    endpoint_url: str | None = None,
+    region: str = "us-east-1",
+    credentials: S3Credentials | None = None,
+) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path inside it) for an absolute local path or an s3:// URI."""
+    if location.startswith("s3://"):
+        return s3_filesystem(endpoint_url, region, credentials), location[len("s3://") :].rstrip("/")
+    if "://" in location and not location.startswith("file://"):
+        raise ValueError(f"unsupported location {location!r}: use a local path or s3://bucket/prefix")
+    path = location[len("file://") :] if location.startswith("file://") else location
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # path inside the filesystem
+    size: int
+    mtime_s: int | None  # whole seconds since the epoch, UTC
+
+
+def _join(*parts: str) -> str:
+    return str(PurePosixPath(*[p for p in parts if p]))
+
+
+class Storage:
+    """A rooted view of a filesystem: every asset reads and writes relative paths under `root`."""
+
+    def __init__(
+        self,
+        root: str,
+        endpoint_url: str | None = None,
+        region: str = "us-east-1",
+        credentials: S3Credentials | None = None,
+    ):
+        self.root_uri = root.rstrip("/")
+        self.fs, self.base = resolve_filesystem(root, endpoint_url, region, credentials)
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    # -- naming ---------------------------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        return _join(self.base, rel)
+
+    def uri(self, rel: str) -> str:
+        """A human- and DuckDB-usable location for metadata: a local path or s3:// URI."""
+        return self.path(rel) if self.is_local else f"s3://{self.path(rel)}"
+
+    # -- reading --------------------------------------------------------------------------------
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read()
+
+    def read_json(self, rel: str) -> object:
+        return json.loads(self.read_bytes(rel))
+
+    def list_files(self, rel: str, pattern: str | None = None) -> list[FileEntry]:
+        return list_files(self.fs, self.path(rel), pattern)
+
+    def sha256(self, rel: str) -> str:
+        return file_sha256(self.fs, self.path(rel))
+
+    # -- writing --------------------------------------------------------------------------------
+    def write_bytes_atomic(self, rel: str, data: bytes) -> None:
+        """Write one file so that readers see the old or the new content, never a prefix."""
+        final = self.path(rel)
+        parent = str(PurePosixPath(final).parent)
+        self.fs.create_dir(parent, recursive=True)
+        if not self.is_local:  # an S3 PUT is atomic by itself
+            with self.fs.open_output_stream(final) as f:
+                f.write(data)
+            return
+        tmp = _join(parent, f".{PurePosixPath(final).name}.tmp-{secrets.token_hex(6)}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    @contextmanager
+    def staged_dir(self, rel: str) -> Iterator[StagedDir]:
+        """Stage a whole output directory; it replaces `rel` only if the block exits cleanly.
+
+        On an exception the staging directory is removed and the previous output is untouched.
+        """
+        final = self.path(rel)
+        parent, name = str(PurePosixPath(final).parent), PurePosixPath(final).name
+        self.fs.create_dir(parent, recursive=True)
+        self._recover(parent, name)
+        staging = _join(parent, f".{name}.staging-{secrets.token_hex(6)}")
+        self.fs.create_dir(staging, recursive=True)
+        staged = StagedDir(self.fs, staging)
+        try:
+            yield staged
+            staged.manifest = staged.write_manifest()
+            self._commit(staging, final, parent, name)
+        finally:
+            if self.fs.get_file_info(staging).type != pafs.FileType.NotFound:
+                self.fs.delete_dir(staging)
+
+    def _recover(self, parent: str, name: str) -> None:
+        """Repair a crash of an earlier commit and clear its leftovers (local only)."""
+        if not self.is_local:
+            return
+        final = _join(parent, name)
+        leftovers = sorted(p for p in os.listdir(parent) if p.startswith(f".{name}."))
+        trash = [p for p in leftovers if ".trash-" in p]
+        if not os.path.exists(final) and trash:
+            # crashed after moving the old output away, before moving the new one in
+            os.rename(_join(parent, trash[-1]), final)
+            trash = trash[:-1]
+        for p in leftovers:
+            full = _join(parent, p)
+            if os.path.exists(full) and (p in trash or ".staging-" in p):
+                self.fs.delete_dir(full)
+
+    def _commit(self, staging: str, final: str, parent: str, name: str) -> None:
+        if self.is_local:
+            trash = None
+            if os.path.exists(final):
+                trash = _join(parent, f".{name}.trash-{secrets.token_hex(6)}")
+                os.rename(final, trash)
+            os.rename(staging, final)
+            if trash:
+                self.fs.delete_dir(trash)
+            return
+        new_files = {e.path[len(staging) + 1 :] for e in list_files(self.fs, staging)}
+        for old in list_files(self.fs, final) if self.fs.get_file_info(final).type else []:
+            if old.path[len(final) + 1 :] not in new_files:
+                self.fs.delete_file(old.path)
+        # the manifest goes last: a reader that finds it finds every file it lists
+        for relname in sorted(new_files, key=lambda n: n == MANIFEST_NAME):
+            self.fs.copy_file(_join(staging, relname), _join(final, relname))
+
+
+class StagedDir:
+    """A directory being written; files are named relative to it."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str):
+        self.fs = fs
+        self.root = path
+        self.manifest: dict[str, dict[str, object]] = {}  # set when the directory is committed
+
+    def path(self, name: str) -> str:
+        full = _join(self.root, name)
+        parent = str(PurePosixPath(full).parent)
+        if parent != self.root:
+            self.fs.create_dir(parent, recursive=True)
+        return full
+
+    def open_output(self, name: str):
+        return self.fs.open_output_stream(self.path(name))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        with self.open_output(name) as f:
+            f.write(data)
+
+    def write_manifest(self) -> dict[str, dict[str, object]]:
+        files = {}
+        for entry in list_files(self.fs, self.root):
+            relname = entry.path[len(self.root) + 1 :]
+            if relname == MANIFEST_NAME:
+                continue
+            files[relname] = {"bytes": entry.size, "sha256": file_sha256(self.fs, entry.path)}
+        manifest = {"files": dict(sorted(files.items()))}
+        self.write_bytes(MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
+        return manifest["files"]
+
+
+def list_files(
+    fs: pafs.FileSystem, path: str, pattern: str | Sequence[str] | None = None
+) -> list[FileEntry]:
+    """Files under `path` (recursively), or `path` itself if it is a file; sorted by path.
+
+    A pattern (or any of several) is matched against the path relative to `path` and, failing
+    that, the base name, so ``*.jsonl`` finds nested files too. Hidden files and folders (staging
+    directories, editor swap files, .git) are never listed.
+    """
+    patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern or ())
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        return []
+    if info.type == pafs.FileType.File:
+        infos = [info]
+    else:
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    out = []
+    for fi in infos:
+        if fi.type != pafs.FileType.File:
+            continue
+        rel = fi.path[len(path) + 1 :] if fi.path != path else PurePosixPath(fi.path).name
+        if any(part.startswith(".") for part in PurePosixPath(rel).parts):
+            continue
+        name = PurePosixPath(rel).name
+        if patterns and not any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns):
+            continue
+        mtime = int(fi.mtime.timestamp()) if fi.mtime is not None else None
+        out.append(FileEntry(fi.path, fi.size, mtime))
+    return sorted(out, key=lambda e: e.path)
+
+
+def file_sha256(fs: pafs.FileSystem, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open_input_stream(path) as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_version(files: dict[str, dict[str, object]]) -> str:
+    """A content version for a committed output: the sha256 of its files' names and hashes."""
+    h = hashlib.sha256()
+    for name, info in sorted(files.items()):
+        h.update(f"{name}\x00{info['sha256']}\n".encode())
+    return h.hexdigest()[:24]
