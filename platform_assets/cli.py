@@ -85,7 +85,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     from platform_assets.storage import Storage
 
     cfg = load_config(_use_config(args.config))
-    storage = Storage(cfg.storage_root, cfg.storage.s3.endpoint_url, cfg.storage.s3.region)
+    storage = Storage(cfg.storage_root, cfg.s3_settings())
     con = connect(storage, {
         "raw_documents": ("raw_documents", "*/part-*.parquet"),
         "quarantine": ("raw_documents", "*/_quarantine.parquet"),

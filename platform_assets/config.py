@@ -9,6 +9,7 @@ code location (which loads the config for sensors and partitions) keeps loading.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from datetime import datetime
@@ -17,6 +18,8 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from platform_assets.storage import S3Settings
 
 DEFAULT_CONFIG_ENV = "PLATFORM_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +54,15 @@ class _FileSource(_SourceBase):
     """Glob applied under `path` when it is a directory (default per format, e.g. `*.jsonl*`)."""
     encoding: str = "utf-8"
     """Legacy encodings (latin-1, cp1252, shift_jis, ...) are decoded here, at ingest."""
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}") from None
+        return value
 
 
 class JsonlSource(_FileSource):
@@ -164,6 +176,9 @@ class PipelineConfig(_Strict):
     @property
     def storage_root(self) -> str:
         return self.resolve(self.storage.root)
+
+    def s3_settings(self) -> S3Settings:
+        return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region)
 
     def source_location(self, name: str) -> str:
         src = self.source(name)

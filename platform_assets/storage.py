@@ -32,23 +32,24 @@ _HASH_CHUNK = 8 * 2**20
 
 
 @dataclass(frozen=True)
-class S3Credentials:
-    """Explicit credentials (e.g. from dagster-aws's S3Resource); None fields fall back to the
-    standard AWS environment/profile chain."""
+class S3Settings:
+    """How to reach S3: endpoint (MinIO, moto), region, and explicit credentials (e.g. from
+    dagster-aws's S3Resource). Unset fields fall back to the standard AWS environment/profile chain."""
 
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
     access_key: str | None = None
     secret_key: str | None = None
     session_token: str | None = None
 
 
-def s3_filesystem(
-    endpoint_url: str | None = None, region: str = "us-east-1", credentials: S3Credentials | None = None
-) -> pafs.S3FileSystem:
-    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
-    kwargs: dict[str, object] = {"region": region}
-    if credentials and credentials.access_key:
-        kwargs.update(access_key=credentials.access_key, secret_key=credentials.secret_key,
-                      session_token=credentials.session_token)
+def s3_filesystem(settings: S3Settings | None = None) -> pafs.S3FileSystem:
+    settings = settings or S3Settings()
+    endpoint_url = settings.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    kwargs: dict[str, object] = {"region": settings.region}
+    if settings.access_key:
+        kwargs.update(access_key=settings.access_key, secret_key=settings.secret_key,
+                      session_token=settings.session_token)
     if endpoint_url:
         parsed = urlparse(endpoint_url if "://" in endpoint_url else f"https://{endpoint_url}")
         kwargs["endpoint_override"] = parsed.netloc
@@ -58,15 +59,10 @@ def s3_filesystem(
     return pafs.S3FileSystem(**kwargs)
 
 
-def resolve_filesystem(
-    location: str,
-    endpoint_url: str | None = None,
-    region: str = "us-east-1",
-    credentials: S3Credentials | None = None,
-) -> tuple[pafs.FileSystem, str]:
+def resolve_filesystem(location: str, s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it) for an absolute local path or an s3:// URI."""
     if location.startswith("s3://"):
-        return s3_filesystem(endpoint_url, region, credentials), location[len("s3://") :].rstrip("/")
+        return s3_filesystem(s3), location[len("s3://") :].rstrip("/")
     if "://" in location and not location.startswith("file://"):
         raise ValueError(f"unsupported location {location!r}: use a local path or s3://bucket/prefix")
     path = location[len("file://") :] if location.startswith("file://") else location
@@ -87,15 +83,9 @@ def _join(*parts: str) -> str:
 class Storage:
     """A rooted view of a filesystem: every asset reads and writes relative paths under `root`."""
 
-    def __init__(
-        self,
-        root: str,
-        endpoint_url: str | None = None,
-        region: str = "us-east-1",
-        credentials: S3Credentials | None = None,
-    ):
+    def __init__(self, root: str, s3: S3Settings | None = None):
         self.root_uri = root.rstrip("/")
-        self.fs, self.base = resolve_filesystem(root, endpoint_url, region, credentials)
+        self.fs, self.base = resolve_filesystem(root, s3)
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
 
     # -- naming ---------------------------------------------------------------------------------
@@ -111,7 +101,7 @@ class Storage:
         return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
     def read_bytes(self, rel: str) -> bytes:
-        with self.fs.open_input_stream(self.path(rel)) as f:
+        with self.fs.open_input_stream(self.path(rel), compression=None) as f:
             return f.read()
 
     def read_json(self, rel: str) -> object:
@@ -268,7 +258,7 @@ def list_files(
 
 def file_sha256(fs: pafs.FileSystem, path: str) -> str:
     h = hashlib.sha256()
-    with fs.open_input_stream(path) as f:
+    with fs.open_input_stream(path, compression=None) as f:
         while chunk := f.read(_HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()

@@ -7,7 +7,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from platform_assets.config import PipelineConfig, default_config_path, load_config
-from platform_assets.storage import S3Credentials, Storage
+from platform_assets.storage import S3Settings, Storage
 
 
 class PipelineResource(dg.ConfigurableResource):
@@ -23,16 +23,22 @@ class PipelineResource(dg.ConfigurableResource):
     def config(self) -> PipelineConfig:
         return load_config(self.config_path)
 
-    def credentials(self) -> S3Credentials | None:
-        if self.s3 is None or not self.s3.aws_access_key_id:
-            return None
-        return S3Credentials(self.s3.aws_access_key_id, self.s3.aws_secret_access_key, self.s3.aws_session_token)
+    def s3_settings(self, cfg: PipelineConfig | None = None) -> S3Settings:
+        """The S3Resource's settings where given, else the config file's (and the AWS env's)."""
+        base = (cfg or self.config()).s3_settings()
+        if self.s3 is None:
+            return base
+        return S3Settings(
+            endpoint_url=self.s3.endpoint_url or base.endpoint_url,
+            region=self.s3.region_name or base.region,
+            access_key=self.s3.aws_access_key_id,
+            secret_key=self.s3.aws_secret_access_key,
+            session_token=self.s3.aws_session_token,
+        )
 
     def storage(self, cfg: PipelineConfig | None = None) -> Storage:
         cfg = cfg or self.config()
-        endpoint = (self.s3.endpoint_url if self.s3 else None) or cfg.storage.s3.endpoint_url
-        region = (self.s3.region_name if self.s3 else None) or cfg.storage.s3.region
-        return Storage(cfg.storage_root, endpoint, region, self.credentials())
+        return Storage(cfg.storage_root, self.s3_settings(cfg))
 
 
 def default_pipeline_resource() -> PipelineResource:

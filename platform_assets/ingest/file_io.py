@@ -22,9 +22,8 @@ def compression_of(path: str) -> str | None:
 
 def open_stream(fs: pafs.FileSystem, path: str) -> pa.NativeFile:
     """A sequential byte stream, transparently decompressed by extension (.gz, .bz2, .zst, .lz4)."""
-    raw = fs.open_input_stream(path)
-    codec = compression_of(path)
-    return pa.CompressedInputStream(raw, codec) if codec else raw
+    # explicit, not pyarrow's default compression="detect": one mapping decides for every reader
+    return fs.open_input_stream(path, compression=compression_of(path))
 
 
 def looks_binary(head: bytes) -> bool:
@@ -51,7 +50,8 @@ def iter_line_blocks(
     pending = b""
     skipping = 0  # bytes of an overlong line seen so far; 0 when not skipping
     while True:
-        chunk = stream.read(max(READ_CHUNK, block_bytes - len(pending)))
+        # top the pending partial line up to about one block (at least a quarter block per read)
+        chunk = stream.read(max(block_bytes - len(pending), block_bytes // 4))
         if not chunk:
             break
         if skipping:

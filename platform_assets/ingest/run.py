@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from platform_assets.config import PipelineConfig
 from platform_assets.ingest.readers import iter_source_records
 from platform_assets.ingest.writer import DocumentWriter
-from platform_assets.storage import S3Credentials, Storage
+from platform_assets.storage import S3Settings, Storage
 
 QUARANTINE_FILE = "_quarantine.parquet"
 
@@ -34,7 +34,7 @@ class IngestResult:
 
 
 def ingest_source(
-    cfg: PipelineConfig, name: str, storage: Storage, out_rel: str, credentials: S3Credentials | None = None
+    cfg: PipelineConfig, name: str, storage: Storage, out_rel: str, s3: S3Settings | None = None
 ) -> IngestResult:
     """Read every file of source `name` and replace `out_rel` with its documents + quarantine.
 
@@ -43,7 +43,7 @@ def ingest_source(
     cfg.check_source_paths([name])
     src = cfg.source(name)
     with storage.staged_dir(out_rel) as staged:
-        sink, n_files, records = iter_source_records(cfg, name, credentials)
+        sink, n_files, records = iter_source_records(cfg, name, s3)
         writer = DocumentWriter(staged, name, src.license, cfg.ingest)
         try:
             for rec in records:

@@ -2,13 +2,10 @@
 
 import dagster as dg
 
-from platform_assets.defs.raw_documents.partitions import source_partitions
-
 PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents")
 
 per_source_job = dg.define_asset_job(
     "per_source_job",
-    selection=PER_SOURCE_ASSETS,
-    partitions_def=source_partitions,
+    selection=PER_SOURCE_ASSETS,  # partitioned by source, like the assets it selects
     description="Ingest (and, as stages land, clean) one source partition.",
 )

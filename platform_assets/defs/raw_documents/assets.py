@@ -36,7 +36,7 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     storage = pipeline.storage(cfg)
     rel = asset_dir("raw_documents", source)
     try:
-        result = ingest_source(cfg, source, storage, rel, pipeline.credentials())
+        result = ingest_source(cfg, source, storage, rel, pipeline.s3_settings(cfg))
     except (ConfigError, DatasetLoadError) as err:
         raise dg.Failure(description=str(err)) from None
     context.log.info(f"{source}: {result.rows} documents, {result.quarantined} quarantined "

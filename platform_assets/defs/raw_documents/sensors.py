@@ -21,7 +21,7 @@ def source_fingerprint(cfg: PipelineConfig, name: str, pipeline: PipelineResourc
         return None
     try:
         cfg.check_source_paths([name])
-        _, _, files = source_files(cfg, name, pipeline.credentials() if pipeline else None)
+        _, _, files = source_files(cfg, name, pipeline.s3_settings(cfg) if pipeline else None)
     except (ConfigError, OSError):
         return None
     h = hashlib.sha256()

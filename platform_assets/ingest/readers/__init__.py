@@ -23,7 +23,7 @@ from platform_assets.ingest.readers.parquet import read_parquet
 from platform_assets.ingest.readers.plain_text import read_lines, read_whole_file
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
 from platform_assets.schema import QuarantineReason as Q
-from platform_assets.storage import FileEntry, S3Credentials, list_files, resolve_filesystem
+from platform_assets.storage import FileEntry, S3Settings, list_files, resolve_filesystem
 
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 DEFAULT_PATTERNS: dict[str, tuple[str, ...] | None] = {
@@ -45,12 +45,13 @@ def _split_glob(path: str) -> tuple[str, str | None]:
 
 
 def source_files(
-    cfg: PipelineConfig, name: str, credentials: S3Credentials | None = None
+    cfg: PipelineConfig, name: str, s3: S3Settings | None = None
 ) -> tuple[ReadContext, str, list[FileEntry]]:
-    """The read context, root and sorted file list of a file-based source."""
+    """The read context, root and sorted file list of a file-based source (S3 settings default to
+    the config's)."""
     src = cfg.source(name)
     location = cfg.source_location(name)
-    fs, path = resolve_filesystem(location, cfg.storage.s3.endpoint_url, cfg.storage.s3.region, credentials)
+    fs, path = resolve_filesystem(location, s3 or cfg.s3_settings())
     root, glob_pattern = _split_glob(path)
     patterns: str | tuple[str, ...] | None = glob_pattern or src.pattern or DEFAULT_PATTERNS[src.format]
     files = list_files(fs, root, patterns)
@@ -111,7 +112,7 @@ def _guarded(
 
 
 def iter_source_records(
-    cfg: PipelineConfig, name: str, credentials: S3Credentials | None = None
+    cfg: PipelineConfig, name: str, s3: S3Settings | None = None
 ) -> tuple[QuarantineSink, int, Iterator[Record | RecordBlock]]:
     """(quarantine sink, number of input files, record iterator) for one configured source."""
     src = cfg.source(name)
@@ -119,7 +120,7 @@ def iter_source_records(
         sink = QuarantineSink(name)
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
         return sink, 1, read_huggingface(src, cfg.source_location(name), sink, mtime)
-    ctx, root, files = source_files(cfg, name, credentials)
+    ctx, root, files = source_files(cfg, name, s3)
 
     def records() -> Iterator[Record | RecordBlock]:
         for file in files:

@@ -1,0 +1,123 @@
+"""Storage root and sources on S3, against a real S3 endpoint (moto's server on 127.0.0.1)."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.s3
+
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("moto server did not start")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    bucket = f"b{time.time_ns()}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket, s3_endpoint
+
+
+def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
+    from platform_assets.config import parse_config
+    from platform_assets.ingest.run import ingest_source
+    from platform_assets.ingest.validation import duplicate_ids
+    from platform_assets.query import connect
+    from platform_assets.storage import Storage
+
+    client, bucket, endpoint = s3
+    lines = "".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)) + "{bad json\n"
+    client.put_object(Bucket=bucket, Key="raw/web/a.jsonl", Body=lines.encode())
+    client.put_object(Bucket=bucket, Key="raw/web/b.jsonl", Body=b'{"text": "last"}\n')
+    cfg = parse_config({
+        "storage": {"root": f"s3://{bucket}/platform", "s3": {"endpoint_url": endpoint}},
+        "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/raw/web"}],
+    }, tmp_path)
+    storage = Storage(cfg.storage_root, cfg.s3_settings())
+    result = ingest_source(cfg, "web", storage, "raw_documents/web")
+    assert result.rows == 51 and result.quarantine_counts == {"malformed_json": 1}
+
+    # (pyarrow also writes empty "dir/" marker objects; only the files matter)
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/")["Contents"]
+                  if not o["Key"].endswith("/"))
+    assert keys == ["platform/raw_documents/web/_manifest.json", "platform/raw_documents/web/_quarantine.parquet",
+                    "platform/raw_documents/web/part-00000.parquet"]
+    con = connect(storage, {"docs": ("raw_documents/web", "part-*.parquet"),
+                            "quarantine": ("raw_documents/web", "_quarantine.parquet")})
+    assert con.execute("SELECT count(*) FROM docs").fetchone() == (51,)
+    assert con.execute("SELECT uri, reason FROM quarantine").fetchall() == [
+        (f"s3://{bucket}/raw/web/a.jsonl#line=51", "malformed_json")]
+    assert duplicate_ids(storage, "raw_documents/web").duplicates == 0
+
+    # re-running replaces the output; stale files of the previous output disappear
+    client.delete_object(Bucket=bucket, Key="raw/web/a.jsonl")
+    again = ingest_source(cfg, "web", storage, "raw_documents/web")
+    assert again.rows == 1
+    assert con.execute("SELECT 1").fetchone() == (1,)
+    manifest = json.loads(client.get_object(Bucket=bucket, Key="platform/raw_documents/web/_manifest.json")["Body"].read())
+    assert set(manifest["files"]) == {"_quarantine.parquet", "part-00000.parquet"}
+    leftovers = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/raw_documents/.")
+                 .get("Contents", []) if not o["Key"].endswith("/")]
+    assert leftovers == []
+
+
+def test_pipeline_resource_uses_dagster_aws_s3_resource(s3, tmp_path, monkeypatch):
+    import dagster as dg
+    from dagster_aws.s3 import S3Resource
+
+    from platform_assets.defs.raw_documents.assets import raw_documents
+    from platform_assets.defs.raw_documents.partitions import source_partitions
+    from platform_assets.defs.resources import PipelineResource
+
+    client, bucket, endpoint = s3
+    client.put_object(Bucket=bucket, Key="in/a.jsonl", Body=b'{"text": "hello from s3"}\n')
+    cfg = {"storage": {"root": f"s3://{bucket}/out"},
+           "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/in"}]}
+    (tmp_path / "p.yaml").write_text(json.dumps(cfg))
+    # credentials only through the resource: the environment's are removed
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    pipeline = PipelineResource(config_path=str(tmp_path / "p.yaml"), s3=S3Resource(
+        endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(source_partitions.name, ["web"])
+        result = dg.materialize([raw_documents], partition_key="web", resources={"pipeline": pipeline},
+                                instance=instance)
+    assert result.success
+    mat = result.asset_materializations_for_node("raw_documents")[0]
+    assert mat.metadata["uri"].value == f"s3://{bucket}/out/raw_documents/web"
+    assert mat.metadata["rows"].value == 1

@@ -1,0 +1,291 @@
+"""Every reader, every quarantine reason, and the guarantee that nothing valid is lost."""
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from platform_assets.ingest.readers import iter_source_records
+from platform_assets.ingest.records import RecordBlock
+from platform_assets.ingest.run import QUARANTINE_FILE, ingest_source
+from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
+
+
+def _read_output(root: Path, rel: str) -> tuple[pa.Table, pa.Table]:
+    out = root / "out" / rel
+    parts = sorted(out.glob("part-*.parquet"))
+    docs = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else DOCUMENTS_SCHEMA.empty_table()
+    return docs, pq.read_table(out / QUARANTINE_FILE)
+
+
+def _reasons(quarantine: pa.Table) -> dict[str, str]:
+    return {u: r for u, r in zip(quarantine["uri"].to_pylist(), quarantine["reason"].to_pylist(), strict=True)}
+
+
+def test_jsonl_good_and_bad_lines(tmp_path, write_config, storage):
+    src = tmp_path / "web"
+    src.mkdir()
+    good = [{"text": f"document number {i}", "url": f"https://e.org/{i}", "date": "2024-05-01"} for i in range(5)]
+    lines = [json.dumps(g).encode() for g in good[:3]]
+    lines += [
+        b'{"text": "unterminated',  # 4 malformed
+        b'{"text": "caf\xe9"}',  # 5 invalid utf-8
+        b'{"url": "no text"}',  # 6 missing text
+        b'{"text": null}',  # 7 missing text (null)
+        b'{"text": 42}',  # 8 not a string
+        b'{"text": "  \\n "}',  # 9 blank
+        b'[1, 2]',  # 10 not an object
+        b"",  # 11 blank line: skipped, not quarantined
+    ]
+    lines += [json.dumps(g).encode() for g in good[3:]]
+    (src / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cfg = write_config([{"name": "web", "format": "jsonl", "path": str(src), "license": "cc-by"}])
+    result = ingest_source(cfg, "web", storage, "raw_documents/web")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/web")
+
+    assert result.rows == 5 and docs.num_rows == 5
+    assert docs["text"].to_pylist() == [g["text"] for g in good]
+    assert docs.schema.equals(DOCUMENTS_SCHEMA, check_metadata=True)
+    base = str(src / "a.jsonl")
+    assert _reasons(quarantine) == {
+        f"{base}#line=4": "malformed_json",
+        f"{base}#line=5": "invalid_utf8",
+        f"{base}#line=6": "missing_text_field",
+        f"{base}#line=7": "missing_text_field",
+        f"{base}#line=8": "text_not_string",
+        f"{base}#line=9": "empty_text",
+        f"{base}#line=10": "not_a_json_object",
+    }
+    assert result.quarantine_counts == {"empty_text": 1, "invalid_utf8": 1, "malformed_json": 1,
+                                        "missing_text_field": 2, "not_a_json_object": 1, "text_not_string": 1}
+    # meta keeps the other fields as JSON, dates as the strings they were
+    assert json.loads(docs["meta"][0].as_py()) == {"date": "2024-05-01", "url": "https://e.org/0"}
+    assert docs["uri"].to_pylist()[3] == f"{base}#line=12"
+    assert set(docs["license"].to_pylist()) == {"cc-by"}
+    assert docs["id"][0].as_py() == document_id("web", f"{base}#line=1", "document number 0")
+
+
+def test_jsonl_fast_and_per_line_paths_give_identical_records(tmp_path, write_config):
+    rows = [{"text": f"doc {i} " + "é" * (i % 7), "n": i, "tags": ["a", "b"], "when": "2023-01-0%d" % (1 + i % 9),
+             "nested": {"k": i}} for i in range(300)]
+    (tmp_path / "d.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    cfg = write_config([{"name": "d", "format": "jsonl", "path": str(tmp_path / "d.jsonl")}])
+
+    from platform_assets.ingest.readers import source_files
+    from platform_assets.ingest.readers.jsonl import read_jsonl
+
+    ctx, _, files = source_files(cfg, "d")
+
+    def flatten(fast: bool):
+        out = []
+        with ctx.fs.open_input_stream(files[0].path) as stream:
+            for item in read_jsonl(ctx, files[0], stream, "text", None, fast=fast):
+                if isinstance(item, RecordBlock):
+                    out += list(zip(item.texts.to_pylist(), item.uris, item.metas, strict=True))
+                else:
+                    out.append((item.text, item.uri, item.meta))
+        return out, any_block
+
+    any_block = None
+    fast, _ = flatten(True)
+    slow, _ = flatten(False)
+    assert fast == slow and len(fast) == 300
+    with ctx.fs.open_input_stream(files[0].path) as stream:
+        assert isinstance(next(read_jsonl(ctx, files[0], stream, "text", None)), RecordBlock)
+
+
+def test_compressed_jsonl_and_glob_paths(tmp_path, write_config, storage):
+    (tmp_path / "shards").mkdir()
+    for i in range(2):
+        with gzip.open(tmp_path / "shards" / f"part-{i}.jsonl.gz", "wb") as f:
+            f.write(b'{"text": "hello %d"}\n' % i)
+    (tmp_path / "shards" / "notes.md").write_text("not matched by the glob")
+    cfg = write_config([{"name": "gz", "format": "jsonl", "path": str(tmp_path / "shards" / "*.jsonl.gz")}])
+    result = ingest_source(cfg, "gz", storage, "raw_documents/gz")
+    docs, _ = _read_output(tmp_path, "raw_documents/gz")
+    assert result.input_files == 2 and docs["text"].to_pylist() == ["hello 0", "hello 1"]
+
+
+def test_csv_ragged_rows_invalid_bytes_and_multiline_fields(tmp_path, write_config, storage):
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["title", "text"])
+        w.writerow(["one", "first document"])
+        w.writerow(["two", "a field with\na newline, quoted"])
+        w.writerow(["three", "x", "an extra field"])  # ragged
+        w.writerow(["four", ""])  # empty text
+    with path.open("ab") as f:
+        f.write(b"five,caf\xe9 latin-1\n")  # invalid UTF-8
+        f.write(b"six,last document\n")
+    cfg = write_config([{"name": "t", "format": "csv", "path": str(path)}])
+    result = ingest_source(cfg, "t", storage, "raw_documents/t")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/t")
+    assert docs["text"].to_pylist() == ["first document", "a field with\na newline, quoted", "last document"]
+    assert [json.loads(m)["title"] for m in docs["meta"].to_pylist()] == ["one", "two", "six"]
+    assert _reasons(quarantine) == {f"{path}#line=5": "ragged_csv_row", f"{path}#line=6": "empty_text",
+                                    f"{path}#line=7": "invalid_utf8"}
+    assert result.quarantined == 3
+
+
+def test_csv_without_text_column_is_quarantined_as_a_file(tmp_path, write_config, storage):
+    (tmp_path / "t.csv").write_text("title,body\na,b\n")
+    cfg = write_config([{"name": "t", "format": "csv", "path": str(tmp_path / "t.csv")}])
+    result = ingest_source(cfg, "t", storage, "raw_documents/t")
+    assert result.rows == 0 and result.quarantine_counts == {"missing_text_field": 1}
+
+
+def test_csv_legacy_encoding_is_decoded(tmp_path, write_config, storage):
+    (tmp_path / "t.csv").write_bytes("text\nété à Paris\n".encode("cp1252"))
+    cfg = write_config([{"name": "t", "format": "csv", "path": str(tmp_path / "t.csv"), "encoding": "cp1252"}])
+    ingest_source(cfg, "t", storage, "raw_documents/t")
+    docs, _ = _read_output(tmp_path, "raw_documents/t")
+    assert docs["text"].to_pylist() == ["été à Paris"]
+
+
+def test_parquet_string_binary_and_wrong_types(tmp_path, write_config, storage):
+    d = tmp_path / "pq"
+    d.mkdir()
+    pq.write_table(pa.table({"text": ["alpha", None, "gamma", "  "], "score": [1.5, 2.0, 3.0, 4.0]}), d / "a.parquet")
+    pq.write_table(pa.table({"text": pa.array([b"bytes ok", b"\xff\xfe bad"], pa.binary())}), d / "b.parquet")
+    pq.write_table(pa.table({"text": [1, 2, 3]}), d / "c.parquet")
+    (d / "d.parquet").write_bytes(b"this is not parquet at all")
+    cfg = write_config([{"name": "p", "format": "parquet", "path": str(d)}])
+    result = ingest_source(cfg, "p", storage, "raw_documents/p")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/p")
+    assert docs["text"].to_pylist() == ["alpha", "gamma", "bytes ok"]
+    assert json.loads(docs["meta"][1].as_py()) == {"score": 3.0}
+    assert _reasons(quarantine) == {
+        f"{d}/a.parquet#row=1": "missing_text_field",
+        f"{d}/a.parquet#row=3": "empty_text",
+        f"{d}/b.parquet#row=1": "invalid_utf8",
+        f"{d}/c.parquet": "text_not_string",
+        f"{d}/d.parquet": "unreadable_file",
+    }
+    assert result.rows == 3
+
+
+def test_text_per_line_and_per_file(tmp_path, write_config, storage):
+    d = tmp_path / "txt"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b"first line\n\n   \nsecond line\n\xff broken\nthird\n")
+    (d / "b.txt").write_bytes(b"")
+    cfg = write_config([
+        {"name": "lines", "format": "text", "unit": "line", "path": str(d)},
+        {"name": "files", "format": "text", "unit": "file", "path": str(d)},
+    ])
+    ingest_source(cfg, "lines", storage, "raw_documents/lines")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/lines")
+    assert docs["text"].to_pylist() == ["first line", "second line", "third"]
+    assert _reasons(quarantine) == {f"{d}/a.txt#line=5": "invalid_utf8", f"{d}/b.txt": "empty_file"}
+    ingest_source(cfg, "files", storage, "raw_documents/files")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/files")
+    assert docs.num_rows == 0
+    assert _reasons(quarantine) == {f"{d}/a.txt": "invalid_utf8", f"{d}/b.txt": "empty_file"}
+
+
+def test_folder_of_documents(tmp_path, write_config, storage):
+    d = tmp_path / "site"
+    (d / "blog").mkdir(parents=True)
+    (d / "index.html").write_text("<!DOCTYPE html><html><body><p>Welcome</p></body></html>")
+    (d / "blog" / "post.md").write_text("# A post\n\nWith text.")
+    (d / "blog" / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")
+    (d / "blank.txt").write_text("   \n")
+    (d / ".hidden").write_text("never read")
+    cfg = write_config([{"name": "site", "format": "folder", "path": str(d)}])
+    result = ingest_source(cfg, "site", storage, "raw_documents/site")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/site")
+    assert dict(zip(docs["uri"].to_pylist(), docs["modality"].to_pylist(), strict=True)) == {
+        f"{d}/blog/post.md": "text", f"{d}/index.html": "html"}
+    assert json.loads(docs["meta"][0].as_py()) == {"bytes": 20, "path": "blog/post.md"}
+    assert _reasons(quarantine) == {f"{d}/blog/photo.jpg": "binary_file", f"{d}/blank.txt": "empty_file"}
+    assert result.input_files == 4
+
+
+def test_unreadable_file_keeps_records_read_before_the_failure(tmp_path, write_config, storage):
+    d = tmp_path / "gz"
+    d.mkdir()
+    good = gzip.compress(b"".join(b'{"text": "record %d"}\n' % i for i in range(1000)))
+    (d / "a.jsonl.gz").write_bytes(good[: len(good) // 2])  # truncated gzip stream
+    (d / "b.jsonl").write_bytes(b'{"text": "intact"}\n')
+    (d / "c.jsonl").write_bytes(b"\x00\x01\x02binary junk\x00" * 10)
+    cfg = write_config([{"name": "gz", "format": "jsonl", "path": str(d)}])
+    result = ingest_source(cfg, "gz", storage, "raw_documents/gz")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/gz")
+    reasons = _reasons(quarantine)
+    assert reasons[f"{d}/a.jsonl.gz"] == "unreadable_file"
+    assert reasons[f"{d}/c.jsonl"] == "binary_file"
+    assert "intact" in docs["text"].to_pylist()
+    assert result.rows == docs.num_rows >= 1
+
+
+def test_huge_document_is_quarantined_not_loaded(tmp_path, write_config, storage):
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b'{"text": "small"}\n{"text": "' + b"a" * 300_000 + b'"}\n{"text": "after"}\n')
+    cfg = write_config([{"name": "b", "format": "jsonl", "path": str(path)}], ingest={"max_document_bytes": 100_000})
+    result = ingest_source(cfg, "b", storage, "raw_documents/b")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/b")
+    assert docs["text"].to_pylist() == ["small", "after"]
+    assert _reasons(quarantine) == {f"{path}#line=2": "document_too_large"}
+    assert result.quarantined == 1
+
+
+def test_huggingface_local_directory_and_saved_dataset(tmp_path, write_config, storage):
+    import datasets
+
+    hub_layout = tmp_path / "hub" / "data"
+    hub_layout.mkdir(parents=True)
+    pq.write_table(pa.table({"content": ["one", "two", None], "lang": ["en", "de", "fr"]}),
+                   hub_layout / "train-00000-of-00001.parquet")
+    datasets.Dataset.from_dict({"text": ["saved a", "saved b"]}).save_to_disk(str(tmp_path / "saved"))
+    cfg = write_config([
+        {"name": "hub", "format": "hf", "path": str(tmp_path / "hub"), "text_field": "content"},
+        {"name": "saved", "format": "hf", "path": str(tmp_path / "saved")},
+    ])
+    result = ingest_source(cfg, "hub", storage, "raw_documents/hub")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/hub")
+    assert docs["text"].to_pylist() == ["one", "two"]
+    assert json.loads(docs["meta"][1].as_py()) == {"lang": "de"}
+    assert quarantine["reason"].to_pylist() == ["missing_text_field"] and result.quarantined == 1
+    ingest_source(cfg, "saved", storage, "raw_documents/saved")
+    docs, _ = _read_output(tmp_path, "raw_documents/saved")
+    assert docs["text"].to_pylist() == ["saved a", "saved b"]
+
+
+def test_hub_id_offline_is_a_clear_error(write_config, tmp_path, storage):
+    from platform_assets.ingest.readers.huggingface import DatasetLoadError
+
+    cfg = write_config([{"name": "hub", "format": "hf", "path": "someorg/somedataset"}])
+    with pytest.raises(DatasetLoadError, match="source 'hub': cannot load dataset 'someorg/somedataset'"):
+        ingest_source(cfg, "hub", storage, "raw_documents/hub")
+    assert not (tmp_path / "out" / "raw_documents" / "hub").exists()
+
+
+def test_same_input_gives_byte_identical_output(tmp_path, write_config, storage):
+    (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "doc %d", "k": %d}\n' % (i, i) for i in range(2000)))
+    cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
+                       ingest={"batch_rows": 300})
+    first = ingest_source(cfg, "a", storage, "raw_documents/a").files
+    second = ingest_source(cfg, "a", storage, "raw_documents/a").files
+    assert first == second and len([n for n in first if n.startswith("part-")]) == 1
+
+
+def test_batches_bound_memory_and_parts_rotate(tmp_path, write_config, storage):
+    (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "%s"}\n' % (b"w" * 1000) for _ in range(500)))
+    cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
+                       ingest={"batch_rows": 50, "part_max_bytes": 100_000})
+    result = ingest_source(cfg, "a", storage, "raw_documents/a")
+    assert result.rows == 500 and len(result.parts) >= 4
+    md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "a" / "part-00000.parquet").metadata
+    assert max(md.row_group(i).num_rows for i in range(md.num_row_groups)) <= 50
+
+
+def test_iter_source_records_counts_files(tmp_path, write_config):
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path)}])
+    sink, n_files, records = iter_source_records(cfg, "a")
+    assert n_files == 1 and sum(len(r) if isinstance(r, RecordBlock) else 1 for r in records) == 1
