@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates the environments on a fresh machine; safe to re-run (it only installs what is missing).
+#   .venv      the project with its test extra (dagster, pyarrow, duckdb, datasets, torch, ...)
+#   .venv-dvc  DVC as a separate tool: its hydra-core pins antlr4 4.9, which breaks Dagster's
+#              asset selection (needs 4.13), so the project calls the `dvc` CLI from here.
+# Set PYTHON to choose the interpreter (3.11+). PLATFORM_SYSTEM_DEPS=1 also installs the Debian
+# packages some tests use (docker-compose to validate the compose file, chromium for UI tests);
+# without them those tests skip with the reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ "${PLATFORM_SYSTEM_DEPS:-0}" = 1 ] && command -v apt-get >/dev/null; then
+  missing=()
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
+  command -v chromium >/dev/null || missing+=(chromium)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# torch first and pinned: this resolves to the CPU wheel (2.13.0); left to the resolver, an unpinned
+# torch pulls a multi-GB CUDA build. Elsewhere add --index-url https://download.pytorch.org/whl/cpu.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
+.venv/bin/pip install -q -e ".[test]"
+
+if [ ! -x .venv-dvc/bin/dvc ]; then
+  "$PY" -m venv .venv-dvc
+  .venv-dvc/bin/pip install -q "dvc[s3]==3.67.1"
+fi
+echo "environments ready: .venv (project), .venv-dvc (dvc $(.venv-dvc/bin/dvc --version))"
