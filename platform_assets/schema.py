@@ -69,7 +69,6 @@ class QuarantineReason:
     RAGGED_CSV_ROW = "ragged_csv_row"
     MALFORMED_CSV = "malformed_csv"
     DOCUMENT_TOO_LARGE = "document_too_large"
-    UNREADABLE_RECORD = "unreadable_record"
 
     @classmethod
     def all(cls) -> list[str]:

@@ -289,3 +289,33 @@ def test_iter_source_records_counts_files(tmp_path, write_config):
     cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path)}])
     sink, n_files, records = iter_source_records(cfg, "a")
     assert n_files == 1 and sum(len(r) if isinstance(r, RecordBlock) else 1 for r in records) == 1
+
+
+def test_csv_unparsable_quoting_is_quarantined_and_reading_goes_on(tmp_path, write_config, storage):
+    path = tmp_path / "q.csv"
+    path.write_text('title,text\none,"fine"\ntwo,"bad" trailing\nthree,"also fine"\n')
+    cfg = write_config([{"name": "q", "format": "csv", "path": str(path)}])
+    result = ingest_source(cfg, "q", storage, "raw_documents/q")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/q")
+    assert docs["text"].to_pylist() == ["fine", "also fine"]
+    assert _reasons(quarantine) == {f"{path}#line=3": "malformed_csv"}
+    assert result.quarantine_counts == {"malformed_csv": 1}
+
+
+def test_whole_file_larger_than_the_bound_is_quarantined(tmp_path, write_config, storage):
+    d = tmp_path / "f"
+    d.mkdir()
+    (d / "big.txt").write_text("word " * 5000)
+    (d / "small.txt").write_text("a small file")
+    cfg = write_config([{"name": "f", "format": "folder", "path": str(d)}], ingest={"max_document_bytes": 10_000})
+    ingest_source(cfg, "f", storage, "raw_documents/f")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/f")
+    assert docs["text"].to_pylist() == ["a small file"]
+    assert _reasons(quarantine) == {f"{d}/big.txt": "document_too_large"}
+
+
+def test_every_quarantine_reason_is_exercised_by_this_module():
+    from platform_assets.schema import QuarantineReason
+
+    source = Path(__file__).read_text()
+    assert [r for r in QuarantineReason.all() if f'"{r}"' not in source] == []
