@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow.parquet as pq
-
 from platform_assets.config import PipelineConfig
 from platform_assets.ingest.readers import iter_source_records
 from platform_assets.ingest.writer import DocumentWriter
+from platform_assets.parquet_parts import write_table
 from platform_assets.storage import S3Settings, Storage
 
 QUARANTINE_FILE = "_quarantine.parquet"
@@ -52,8 +51,7 @@ def ingest_source(
         except BaseException:
             writer.abort()
             raise
-        with staged.open_output(QUARANTINE_FILE) as f:
-            pq.write_table(sink.table(), f, compression="zstd")
+        write_table(staged, QUARANTINE_FILE, sink.table())
     return IngestResult(
         source=name,
         rows=stats.rows,

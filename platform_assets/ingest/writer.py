@@ -1,41 +1,25 @@
-"""Batched Parquet writing of documents: memory is bounded by one batch, not by the source.
+"""Batched writing of documents: memory is bounded by one batch, not by the source.
 
 Rows accumulate until `batch_rows` rows or `batch_bytes` of text, then become one Arrow record batch
-(= one Parquet row group). Encoding and zstd compression of a batch run in a writer thread (pyarrow
-releases the GIL there) while the main thread parses the next batch; at most one batch is in flight,
-so peak memory is about two batches (2 x 64 MiB of text by default) plus the reader's buffers.
+(= one Parquet row group) with ids computed from the Arrow text buffer; `PartWriter` compresses it
+in a background thread, so peak memory is about two batches (2 x 64 MiB of text by default) plus
+the reader's buffers.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from platform_assets.config import IngestConfig
 from platform_assets.ingest.records import Record, RecordBlock
+from platform_assets.parquet_parts import PartWriter
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_ids
 from platform_assets.storage import StagedDir
 
 INGESTED_AT_TYPE = DOCUMENTS_SCHEMA.field("ingested_at").type
-DICTIONARY_COLUMNS = ["source", "modality", "license"]  # few distinct values: dictionary-encode
-
-
-def part_name(index: int) -> str:
-    return f"part-{index:05d}.parquet"
-
-
-def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
-    return pq.ParquetWriter(
-        sink,
-        schema,
-        compression=None if compression == "none" else compression,
-        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
-        write_statistics=True,
-    )
 
 
 @dataclass
@@ -47,17 +31,12 @@ class WriteStats:
 
 class DocumentWriter:
     def __init__(self, staged: StagedDir, source: str, license: str | None, cfg: IngestConfig):
-        self._staged = staged
         self._source = source
         self._license = license
         self._cfg = cfg
         self._buf: list[Record] = []
         self._buf_bytes = 0
-        self._part_bytes = 0
-        self._writer: pq.ParquetWriter | None = None
-        self._sink = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
-        self._pending: Future[None] | None = None
+        self._parts = PartWriter(staged, DOCUMENTS_SCHEMA, cfg.compression, cfg.part_max_bytes)
         self.stats = WriteStats()
 
     def add(self, rec: Record | RecordBlock) -> None:
@@ -106,36 +85,12 @@ class DocumentWriter:
     def _write(self, batch: pa.RecordBatch, text_bytes: int) -> None:
         self.stats.rows += batch.num_rows
         self.stats.text_bytes += text_bytes
-        self._wait()
-        if self._writer is None or self._part_bytes >= self._cfg.part_max_bytes:
-            self._close_part()
-            name = part_name(len(self.stats.parts))
-            self.stats.parts.append(name)
-            self._sink = self._staged.open_output(name)
-            self._writer = parquet_writer(self._sink, DOCUMENTS_SCHEMA, self._cfg.compression)
-            self._part_bytes = 0
-        self._part_bytes += batch.nbytes
-        self._pending = self._pool.submit(self._writer.write_batch, batch)
-
-    def _wait(self) -> None:
-        if self._pending is not None:
-            self._pending.result()  # re-raises a write error in the caller's thread
-            self._pending = None
-
-    def _close_part(self) -> None:
-        self._wait()
-        if self._writer is not None:
-            self._writer.close()
-            self._sink.close()
-            self._writer = self._sink = None
+        self._parts.write(batch)
 
     def close(self) -> WriteStats:
-        try:
-            self._flush()
-            self._close_part()
-        finally:
-            self._pool.shutdown(wait=True)
+        self._flush()
+        self.stats.parts = self._parts.close()
         return self.stats
 
     def abort(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._parts.abort()

@@ -1,0 +1,122 @@
+"""Reading and writing an output directory of Parquet parts, shared by every stage.
+
+Writing: batches go to `part-NNNNN.parquet` files, a new part every `part_max_bytes` of Arrow data;
+each batch is one row group. Encoding and compression run in a writer thread (pyarrow releases the
+GIL there) while the caller prepares the next batch; at most one batch is in flight, so memory is
+about two batches. Reading: the parts of a directory in name order, as record batches of the
+requested columns, so a stage's memory is bounded by its batch size, not by the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from platform_assets.storage import StagedDir, Storage
+
+DICTIONARY_COLUMNS = ("source", "modality", "license", "split", "lang", "rule")  # few distinct values
+PART_GLOB = "part-*.parquet"
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
+    return pq.ParquetWriter(
+        sink,
+        schema,
+        compression=None if compression == "none" else compression,
+        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
+        write_statistics=True,
+    )
+
+
+def write_table(staged: StagedDir, name: str, table: pa.Table, compression: str = "zstd") -> None:
+    """A small single-file table (quarantine, exclusions, duplicates) inside a staged output."""
+    with staged.open_output(name) as sink:
+        writer = parquet_writer(sink, table.schema, compression)
+        writer.write_table(table)
+        writer.close()
+
+
+class PartWriter:
+    def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str = "zstd",
+                 part_max_bytes: int = 512 * 2**20):
+        self.schema = schema
+        self.parts: list[str] = []
+        self.rows = 0
+        self._staged = staged
+        self._compression = compression
+        self._part_max_bytes = part_max_bytes
+        self._part_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._sink = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
+        self._pending: Future[None] | None = None
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0]  # one row group per write
+        if not batch.schema.equals(self.schema):
+            batch = batch.select(self.schema.names).cast(self.schema)
+        self.rows += batch.num_rows
+        self._wait()
+        if self._writer is None or self._part_bytes >= self._part_max_bytes:
+            self._close_part()
+            name = part_name(len(self.parts))
+            self.parts.append(name)
+            self._sink = self._staged.open_output(name)
+            self._writer = parquet_writer(self._sink, self.schema, self._compression)
+            self._part_bytes = 0
+        self._part_bytes += batch.nbytes
+        self._pending = self._pool.submit(self._writer.write_batch, batch)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()  # re-raises a write error in the caller's thread
+            self._pending = None
+
+    def _close_part(self) -> None:
+        self._wait()
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+
+    def close(self) -> list[str]:
+        try:
+            self._close_part()
+        finally:
+            self._pool.shutdown(wait=True)
+        return self.parts
+
+    def abort(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def part_files(storage: Storage, rel_dir: str) -> list[str]:
+    return [e.path for e in storage.list_files(rel_dir, PART_GLOB)]
+
+
+def read_batches(
+    storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = 8192
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of an output directory's parts, in part order."""
+    for path in part_files(storage, rel_dir):
+        with storage.fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+
+
+def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
+    files = part_files(storage, rel_dir)
+    if not files:
+        return None
+    with storage.fs.open_input_file(files[0]) as f:
+        return pq.read_schema(f)
