@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
 
 DEFAULT_CONFIG_ENV = "PLATFORM_CONFIG"
@@ -144,6 +146,8 @@ class PipelineConfig(_Strict):
     storage: StorageConfig = StorageConfig()
     sources: list[SourceConfig]
     ingest: IngestConfig = IngestConfig()
+    dedup: DedupSettings = DedupSettings()
+    splits: SplitSettings = SplitSettings()
     config_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file: relative paths resolve against it. Set by the loader."""
 

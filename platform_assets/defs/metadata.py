@@ -51,3 +51,13 @@ def output_metadata(
         "manifest": dg.MetadataValue.path(storage.uri(f"{rel_dir}/{MANIFEST_NAME}")),
         "dagster/column_schema": column_schema(schema),
     }
+
+
+def arrow_table(table: pa.Table, max_rows: int = 100) -> dg.TableMetadataValue:
+    """A small Arrow table as a Dagster table (floats rounded to 6 places)."""
+    schema = dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in table.schema])
+    records = [
+        dg.TableRecord({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+        for row in table.slice(0, max_rows).to_pylist()
+    ]
+    return dg.MetadataValue.table(records, schema=schema)

@@ -1,0 +1,14 @@
+"""Deduplication stage logic (Dagster-free): exact + MinHash-LSH near-duplicate removal.
+
+Entry points for the asset wrapper:
+- `Deduplicator(settings, accepted=None)`: `.add_batch(record_batch)` over every cleaned partition,
+  `.finish() -> DedupResult`; `DedupResult.filter_batch(batch)` yields the kept documents with a
+  `cluster_id` column, `.exclusions()`, `.duplicates`, `.removed_per_source()`,
+  `.cluster_size_histogram()`, `.counts`, `.accepted` (the incremental artifact).
+- `AcceptedSignatures.from_table(parquet_table, settings)` / `.to_table(settings)`.
+
+Modules: settings (config), shingles + hash64 (vectorised shingle hashing), minhash (signatures),
+lsh_index (datasketch MinHashLSH), exact (normalised-text hash + Arrow group-by), keep_policy
+(total order of documents), near_dedup (greedy LSH pass), clusters (union-find, reports),
+signature_store (the accepted-signature artifact), deduplicator (the stage).
+"""

@@ -1,0 +1,360 @@
+"""The dedup stage as one object: feed record batches, get decisions, duplicates and artifacts.
+
+    dedup = Deduplicator(settings, accepted=None)      # or the previous run's AcceptedSignatures
+    for batch in batches_of_all_cleaned_partitions:    # pass 1: ~600 B kept per document
+        dedup.add_batch(batch)
+    result = dedup.finish()
+    for batch in the_same_batches:                     # pass 2: any order, any batching
+        kept, excluded = result.filter_batch(batch)
+
+Memory is bounded by the batch for text and by ~600 bytes per document otherwise (id, source, text
+hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify: exact`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
+from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash, text_hashes
+from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
+from platform_assets.dedup.lsh_index import LshIndex
+from platform_assets.dedup.minhash import EMPTY, MinHasher
+from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
+from platform_assets.dedup.signature_store import AcceptedSignatures
+
+EXACT = "exact_duplicate"
+NEAR = "near_duplicate"
+
+DECISIONS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("keep", pa.bool_(), nullable=False),
+        pa.field("rule", pa.string()),  # null, exact_duplicate or near_duplicate
+        pa.field("cluster_id", pa.string(), nullable=False),  # id of the kept member (own id if kept)
+        pa.field("kept_id", pa.string()),
+        pa.field("similarity", pa.float32()),  # to the kept member; 1.0 for exact duplicates
+    ]
+)
+
+DUPLICATES_SCHEMA = pa.schema(
+    [
+        pa.field("cluster_id", pa.string(), nullable=False),
+        pa.field("kept_id", pa.string(), nullable=False),
+        pa.field("kept_source", pa.string(), nullable=False),
+        pa.field("removed_id", pa.string(), nullable=False),
+        pa.field("removed_source", pa.string(), nullable=False),
+        pa.field("similarity", pa.float32(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("kept_in_earlier_run", pa.bool_(), nullable=False),
+    ]
+)
+
+EXCLUSIONS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("value", pa.float64()),  # similarity to the kept document
+        pa.field("kept_id", pa.string(), nullable=False),
+    ]
+)
+
+
+@dataclass
+class DedupCounts:
+    documents: int = 0
+    kept: int = 0
+    removed_exact: int = 0
+    removed_near: int = 0
+    without_shingles: int = 0  # empty or no word characters: only exact dedup applies
+    duplicate_ids: int = 0  # rows whose id appeared before (the same document read twice)
+    removed_against_earlier_runs: int = 0
+    lsh_bands: int = 0
+    lsh_rows: int = 0
+    lsh_queries: int = 0
+    lsh_candidates: int = 0
+    rejected_by_verification: int = 0
+    unknown_candidates: int = 0  # LSH keys without a local signature (other workers, shared Redis)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class DedupResult:
+    decisions: pa.Table  # DECISIONS_SCHEMA, one row per input row, in keep-policy order
+    duplicates: pa.Table  # DUPLICATES_SCHEMA, one row per removed document
+    accepted: AcceptedSignatures  # earlier runs' + this run's kept documents: the next run's input
+    counts: DedupCounts
+    _keep_ids: pa.Array = field(init=False, repr=False)
+    _keep_flag: np.ndarray = field(init=False, repr=False)
+    _cluster: pa.Array = field(init=False, repr=False)
+    _emitted: np.ndarray = field(init=False, repr=False)
+    _excl: pa.Table = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        d = self.decisions
+        # one decision per distinct id (an id read twice is the same document: kept once at most)
+        g = pa.table({"id": d["id"], "keep": d["keep"].cast(pa.int8()), "cid": d["cluster_id"]})
+        g = g.group_by("id", use_threads=False).aggregate([("keep", "max"), ("cid", "first")])
+        self._keep_ids = g["id"].combine_chunks()
+        self._keep_flag = g["keep_max"].to_numpy().astype(bool)
+        self._cluster = g["cid_first"].combine_chunks()
+        self._emitted = np.zeros(len(self._keep_ids), dtype=bool)
+        removed = d.filter(pc.invert(d["keep"]))
+        self._excl = pa.table(
+            {
+                "id": removed["id"],
+                "rule": removed["rule"],
+                "value": removed["similarity"].cast(pa.float64()),
+                "kept_id": removed["kept_id"],
+            },
+            schema=EXCLUSIONS_SCHEMA,
+        )
+
+    def filter_batch(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        """The batch's kept documents, with a `cluster_id` column (the kept member's id).
+
+        Rows may come in any order and batching; an id is emitted once even if read twice.
+        """
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        found = pc.index_in(table["id"], value_set=self._keep_ids)
+        if found.null_count:
+            raise ValueError("filter_batch got documents that were not given to add_batch")
+        idx = found.to_numpy(zero_copy_only=False).astype(np.int64)
+        keep = self._keep_flag[idx] & ~self._emitted[idx]
+        rows = np.flatnonzero(keep)
+        _, first = np.unique(idx[rows], return_index=True)  # an id twice in one batch: its first row
+        rows = np.sort(rows[first])
+        self._emitted[idx[rows]] = True
+        kept = table.take(pa.array(rows, pa.int64()))
+        cluster = pc.take(self._cluster, pa.array(idx[rows], pa.int64()))
+        if "cluster_id" in kept.schema.names:
+            kept = kept.drop_columns(["cluster_id"])
+        return kept.append_column(pa.field("cluster_id", pa.string(), nullable=False), cluster)
+
+    def exclusions(self) -> pa.Table:
+        """Removed documents for `_exclusions.parquet`: id, rule, value (similarity), kept_id."""
+        return self._excl
+
+    def removed_per_source(self) -> pa.Table:
+        return removed_per_source(self.decisions)
+
+    def cluster_size_histogram(self) -> pa.Table:
+        return cluster_size_histogram(self.duplicates)
+
+
+class Deduplicator:
+    def __init__(self, settings: DedupSettings, accepted: AcceptedSignatures | None = None):
+        self.settings = settings
+        near = settings.near
+        self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
+        self.prior = accepted if accepted is not None else AcceptedSignatures.empty(near.num_perm)
+        self._ids: list[pa.Array] = []
+        self._sources: list[pa.Array] = []
+        self._prio: list[pa.Array] = []
+        self._hashes: list[pa.Array] = []
+        self._sigs: list[np.ndarray] = []
+        self._n_shingles: list[np.ndarray] = []
+        self._store = ShingleStore() if near.enabled and near.verify == "exact" else None
+
+    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        s = self.settings
+        n = batch.num_rows
+        if n == 0:
+            return
+        self._ids.append(_plain(batch.column("id"), pa.string()))
+        self._sources.append(_plain(batch.column("source"), pa.string()))
+        self._prio.append(priority_values(batch, s.keep, s.quality_column))
+        text = texts_to_array(batch.column("text"))
+        if s.exact.enabled:
+            self._hashes.append(text_hashes(text, s.exact))
+        else:
+            self._hashes.append(pa.nulls(n, TEXT_HASH_TYPE))
+        if not s.near.enabled:
+            self._sigs.append(np.full((n, s.near.num_perm), EMPTY, np.uint32))
+            self._n_shingles.append(np.zeros(n, np.int32))
+            return
+        for a, b in compute_in_slices(text):
+            shingles = shingle_hashes(text[a:b], s.near.shingles)
+            self._sigs.append(self.minhasher.signatures(shingles))
+            self._n_shingles.append(shingles.counts.astype(np.int32))
+            if self._store is not None:
+                self._store.add(shingles)
+
+    def finish(self) -> DedupResult:
+        s = self.settings
+        n_prior = len(self.prior)
+        ids = _concat(self._ids, pa.string())
+        sources = _concat(self._sources, pa.string())
+        hashes = _concat(self._hashes, TEXT_HASH_TYPE)
+        n = len(ids)
+        sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, s.near.num_perm), np.uint32)
+        n_sh = np.concatenate(self._n_shingles) if self._n_shingles else np.empty(0, np.int32)
+        counts = DedupCounts(documents=n, without_shingles=int((n_sh == 0).sum()) if s.near.enabled else n)
+        order = priority_order(_concat(self._prio, pa.float64()), ids, sources, s.keep)
+        rank = ranks(order)
+
+        # every link goes from a removed row to the (global) index of the document it duplicates
+        links = _Links(np.full(n, -1, np.int64), np.full(n, np.nan, np.float32), np.zeros(n, np.int8))
+        if s.exact.enabled and n:
+            self._exact_links(hashes, order, rank, links)
+        if s.near.enabled and n:
+            self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+        root = self._resolve_clusters(rank, links)
+
+        keep = links.target < 0
+        decisions, duplicates = self._tables(ids, sources, order, root, keep, links)
+        kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
+        kept_rows = kept_rows[_first_occurrence(ids.to_pylist(), kept_rows)]
+        take = pa.array(kept_rows, pa.int64())
+        accepted = self.prior.extended(
+            AcceptedSignatures(
+                pc.take(ids, take),
+                pc.take(sources, take),
+                pc.take(hashes, take),
+                n_sh[kept_rows],
+                sigs[kept_rows],
+            )
+        )
+        removed = ~keep
+        counts.kept = int(keep.sum())
+        counts.removed_exact = int((links.rule == 1).sum())
+        counts.removed_near = int((links.rule == 2).sum())
+        counts.removed_against_earlier_runs = int((root[removed] < n_prior).sum())
+        counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
+        return DedupResult(decisions, duplicates, accepted, counts)
+
+    def _exact_links(self, hashes: pa.Array, order: np.ndarray, rank: np.ndarray, links: _Links) -> None:
+        """Same normalised text: link to the best-ranked row, or to an earlier run's document."""
+        n_prior = len(self.prior)
+        best = first_of_each_hash(hashes, rank)
+        dup = best != rank
+        links.target[dup] = n_prior + order[best[dup]]
+        if n_prior:
+            found = pc.index_in(hashes, value_set=self.prior.text_hashes, skip_nulls=True)
+            hit = found.is_valid().to_numpy(zero_copy_only=False)
+            links.target[hit] = found.filter(found.is_valid()).to_numpy().astype(np.int64)
+        exact = links.target >= 0
+        links.rule[exact] = 1
+        links.similarity[exact] = 1.0
+
+    def _near_links(
+        self,
+        ids: list[str],
+        sigs: np.ndarray,
+        n_sh: np.ndarray,
+        order: np.ndarray,
+        rank: np.ndarray,
+        links: _Links,
+        counts: DedupCounts,
+    ) -> None:
+        """Greedy LSH pass over the rows exact dedup kept that have shingles, best first."""
+        index = LshIndex(self.settings.near, self.minhasher)
+        counts.lsh_bands, counts.lsh_rows = index.bands, index.rows
+        greedy = GreedyNearDedup(self.settings.near, index, self.prior)
+        eligible = (links.target < 0) & (n_sh > 0)
+        out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
+        near = out.target >= 0
+        links.target[near] = out.target[near]
+        links.similarity[near] = out.similarity[near]
+        links.rule[near] = 2
+        counts.lsh_queries, counts.lsh_candidates = out.queries, out.candidates
+        counts.rejected_by_verification = out.rejected
+        counts.unknown_candidates = out.unknown_candidates
+
+    def _resolve_clusters(self, rank: np.ndarray, links: _Links) -> np.ndarray:
+        """Kept document (global index) of every row: union-find rooted at the best member."""
+        n_prior = len(self.prior)
+        priority = np.concatenate([np.arange(n_prior, dtype=np.int64) - n_prior, rank])
+        uf = UnionFind(priority)
+        rows = np.flatnonzero(links.target >= 0)
+        via = links.target[rows]
+        uf.union_many(rows + n_prior, via)
+        # an exact copy of a document that was itself removed as a near duplicate inherits that
+        # document's similarity to the kept one
+        second = np.zeros(len(rows), dtype=bool)
+        current = via >= n_prior
+        second[current] = links.rule[via[current] - n_prior] == 2
+        links.similarity[rows[second]] = links.similarity[via[second] - n_prior]
+        return uf.roots()[n_prior:]
+
+    def _tables(
+        self,
+        ids: pa.Array,
+        sources: pa.Array,
+        order: np.ndarray,
+        root: np.ndarray,
+        keep: np.ndarray,
+        links: _Links,
+    ) -> tuple[pa.Table, pa.Table]:
+        n_prior = len(self.prior)
+        all_ids = pa.concat_arrays([self.prior.ids, ids]) if n_prior else ids
+        all_sources = pa.concat_arrays([self.prior.sources, sources]) if n_prior else sources
+        rule_names = pa.array(np.array([None, EXACT, NEAR], dtype=object)[links.rule], pa.string())
+        cluster_id = pc.take(all_ids, pa.array(root, pa.int64()))
+        kept_id = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), cluster_id)
+        sim = pa.array(links.similarity, pa.float32(), from_pandas=True)  # NaN -> null for kept rows
+        decisions = pa.table(
+            [ids, sources, pa.array(keep), rule_names, cluster_id, kept_id, sim], schema=DECISIONS_SCHEMA
+        ).take(pa.array(order, pa.int64()))
+        r = pa.array(np.flatnonzero(~keep), pa.int64())
+        duplicates = pa.table(
+            [
+                pc.take(cluster_id, r),
+                pc.take(cluster_id, r),
+                pc.take(all_sources, pa.array(root[~keep], pa.int64())),
+                pc.take(ids, r),
+                pc.take(sources, r),
+                pc.take(sim, r),
+                pc.take(rule_names, r),
+                pa.array(root[~keep] < n_prior),
+            ],
+            schema=DUPLICATES_SCHEMA,
+        ).sort_by([("cluster_id", "ascending"), ("removed_id", "ascending"), ("removed_source", "ascending")])
+        return decisions, duplicates
+
+
+@dataclass
+class _Links:
+    target: np.ndarray  # int64: -1, or the global index of the document a row duplicates
+    similarity: np.ndarray  # float32, NaN where no link
+    rule: np.ndarray  # int8: 0 kept, 1 exact, 2 near
+
+
+def _first_occurrence(ids: list[str], rows: np.ndarray) -> np.ndarray:
+    seen: set[str] = set()
+    out = []
+    for j, r in enumerate(rows.tolist()):
+        if ids[r] not in seen:
+            seen.add(ids[r])
+            out.append(j)
+    return np.array(out, dtype=np.int64)
+
+
+def _plain(col: pa.Array | pa.ChunkedArray, typ: pa.DataType) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col.cast(typ) if col.type != typ else col
+
+
+def _concat(parts: list[pa.Array], typ: pa.DataType) -> pa.Array:
+    return pa.concat_arrays(parts) if parts else pa.array([], typ)
+
+
+def deduplicate(
+    table: pa.Table, settings: DedupSettings, accepted: AcceptedSignatures | None = None
+) -> tuple[pa.Table, DedupResult]:
+    """One-shot helper for in-memory tables: (kept documents with cluster_id, result)."""
+    dedup = Deduplicator(settings, accepted)
+    for batch in table.to_batches(max_chunksize=settings.batch_rows):
+        dedup.add_batch(batch)
+    result = dedup.finish()
+    return result.filter_batch(table), result

@@ -1,0 +1,115 @@
+"""Config of the dedup stage: the `dedup:` key of the pipeline config.
+
+Defaults are the ones measured against exact Jaccard ground truth (shared/data/scripts/
+dedup_truth.py: lower-cased word 5-grams, pairs at J >= 0.8). 128 one-permutation slots, LSH shaped
+for recall (b=18 x r=7) and exact verification of candidates found every true pair and no false one
+(precision = recall = 1.000) on three sets: 2,888 stdlib .py files of five Python versions (5,399
+pairs; 136 more among 17 files without a word, left to exact dedup), 3,738 and 6,182 documents of
+the real corpus (367 and 77 pairs). `verify: estimated` gave precision 0.80-0.98 and recall
+0.87-1.00 (the 6,182 set has many pairs at 0.80-0.85, where +-0.035 of estimator noise decides);
+`verify: none` with datasketch's own shape for 0.8 (b=9 x r=13): precision 0.69-0.94, recall
+0.81-1.00.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    # Same contract as config.py's models: unknown keys are errors, values are immutable.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ShingleSettings(_Strict):
+    unit: Literal["word", "char"] = "word"
+    """`word`: n-grams of `\\w+` tokens (Python's Unicode definition, as dedup_truth.py);
+    `char`: n-grams of code points after collapsing whitespace runs to one space."""
+    size: Annotated[int, Field(ge=1, le=32)] = 5
+    lowercase: bool = True
+    max_chars: Annotated[int, Field(gt=0)] = 1_000_000
+    """Only the first `max_chars` characters are shingled: bounds the work per document (1 M chars
+    is ~170k word shingles, ~4 ms of hashing). Exact dedup still hashes the whole text."""
+
+
+class ExactSettings(_Strict):
+    enabled: bool = True
+    lowercase: bool = True
+    collapse_whitespace: bool = True
+    """Runs of whitespace become one space and the ends are trimmed before hashing."""
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+
+
+class LshStorage(_Strict):
+    type: Literal["memory", "redis"] = "memory"
+    """`redis` shares one datasketch index between workers (needs the `redis` package)."""
+    redis: dict[str, Any] = Field(default_factory=lambda: {"host": "localhost", "port": 6379})
+    """Passed to `redis.Redis(...)`; values may be `{env: NAME, default: ...}` as datasketch allows."""
+    basename: str | None = None
+    """Key prefix in Redis. Each run re-inserts the accepted-signature artifact, so give every run
+    its own basename (shared by that run's workers), or leave it unset for a random one. Candidates
+    another worker inserted have no local signature: they are counted (`unknown_candidates`) and
+    not used, so cross-worker matches need a shared artifact, not only a shared index."""
+
+
+class NearSettings(_Strict):
+    enabled: bool = True
+    shingles: ShingleSettings = ShingleSettings()
+    num_perm: Annotated[int, Field(ge=16, le=1024)] = 128
+    seed: Annotated[int, Field(ge=0)] = 1
+    algorithm: Literal["one_permutation", "permutations"] = "one_permutation"
+    """`one_permutation`: one hash per shingle, binned into `num_perm` slots (+ optimal
+    densification): O(shingles) per document, ~45k docs/s/core on 2 KB docs (shingling included).
+    `permutations`: the classic num_perm independent hashes, O(shingles x num_perm), ~6k docs/s."""
+    threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    """Jaccard similarity (of shingle sets) at or above which two documents are near-duplicates."""
+    lsh_threshold: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Threshold the LSH bands/rows are tuned for. Default: `threshold - 0.2` when candidates are
+    verified (recall first, verification restores precision): at 128 slots that is b=18 x r=7, which
+    finds a pair at J=0.8 with p=0.986 where the shape tuned for 0.8 itself (b=9 x r=13) has 0.40."""
+    lsh_weights: tuple[float, float] = (0.5, 0.5)
+    """(false-positive, false-negative) weights of datasketch's band/row optimisation."""
+    bands: Annotated[int, Field(ge=1)] | None = None
+    rows: Annotated[int, Field(ge=1)] | None = None
+    """Explicit LSH shape (both or neither); bands x rows must not exceed num_perm."""
+    verify: Literal["none", "estimated", "exact"] = "exact"
+    """How LSH candidates are confirmed: `exact` Jaccard of the shingle sets (keeps 4 bytes per
+    shingle of this run in memory), `estimated` from the signatures (512 B/doc, +-0.035 at J=0.8),
+    or `none` (every LSH candidate is a duplicate)."""
+    max_candidates: Annotated[int, Field(ge=1)] = 64
+    """At most this many LSH candidates are verified per document, best-priority first: bounds the
+    work when many mutually distinct documents share buckets."""
+    storage: LshStorage = LshStorage()
+
+    @model_validator(mode="after")
+    def _shape(self) -> NearSettings:
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set both `bands` and `rows`, or neither")
+        if self.bands is not None and self.rows is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        if abs(sum(self.lsh_weights) - 1.0) > 1e-9 or min(self.lsh_weights) < 0:
+            raise ValueError("lsh_weights must be two non-negative numbers summing to 1")
+        return self
+
+    def effective_lsh_threshold(self) -> float:
+        if self.lsh_threshold is not None:
+            return self.lsh_threshold
+        return round(max(0.05, self.threshold - 0.2), 6) if self.verify != "none" else self.threshold
+
+
+class DedupSettings(_Strict):
+    exact: ExactSettings = ExactSettings()
+    near: NearSettings = NearSettings()
+    keep: Literal["oldest", "longest", "highest_quality"] = "oldest"
+    """Which member of a duplicate cluster survives; ties are broken by id, then source."""
+    quality_column: str = "quality"
+    """Numeric column (or `struct.field`) ranked by `keep: highest_quality`; nulls rank last."""
+    incremental: bool = False
+    """Deduplicate new documents against the accepted-signature artifact of the previous run
+    (accepted documents stay accepted) instead of recomputing over the whole corpus."""
+    batch_rows: Annotated[int, Field(gt=0)] = 8192
+    max_removed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
+    """Blocking bound of the `removal_rate_within_bounds` check: a broken rule (say, a shingle size
+    of 1 making everything a near duplicate) cannot silently empty the dataset."""

@@ -1,0 +1,83 @@
+"""deduplicated_documents: exact + MinHash-LSH near dedup across every source, before splitting."""
+
+import dagster as dg
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from platform_assets.charts import bar_chart_markdown
+from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
+from platform_assets.defs.metadata import arrow_table, counts_table, output_metadata
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
+from platform_assets.layout import asset_dir
+from platform_assets.parquet_parts import output_schema
+from platform_assets.storage import manifest_version
+
+UPSTREAM = "cleaned_documents"
+
+
+def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
+    if duplicates.num_rows == 0:
+        return "_no duplicates_"
+    sizes = duplicates.group_by("cluster_id").aggregate([("removed_id", "count")]).sort_by(
+        [("removed_id_count", "descending"), ("cluster_id", "ascending")]).slice(0, limit)
+    lines = ["| cluster (kept id) | removed | sources of removed |", "|---|---|---|"]
+    for row in sizes.to_pylist():
+        members = duplicates.filter(pc.equal(duplicates["cluster_id"], row["cluster_id"]))
+        sources = sorted(set(members["removed_source"].to_pylist()))
+        lines.append(f"| {row['cluster_id']} | {row['removed_id_count']} | {', '.join(sources)} |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    deps=[dg.AssetDep(UPSTREAM, partition_mapping=dg.AllPartitionMapping())],
+    check_specs=DEDUP_CHECKS,
+    group_name="dedup",
+    kinds={"parquet"},
+    code_version="1",
+    description=(
+        "All sources' cleaned documents with exact duplicates (normalised-text hash) and near "
+        "duplicates (MinHash-LSH, verified) removed, keeping one member per cluster by the "
+        "configured policy. Beside the parts: _exclusions, _duplicates and _signatures (the LSH "
+        "artifact for incremental runs)."
+    ),
+)
+def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
+    cfg = pipeline.config()
+    storage = pipeline.storage(cfg)
+    inputs = [asset_dir(UPSTREAM, s) for s in cfg.source_names()]
+    missing = [d for d in inputs if output_schema(storage, d) is None]
+    if missing:
+        raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
+                         "(materialize those partitions first, or remove the sources)")
+    rel = asset_dir("deduplicated_documents")
+    stage = deduplicate_outputs(storage, inputs, rel, cfg.dedup, cfg.ingest.compression, cfg.ingest.part_max_bytes)
+    result = stage.result
+    counts = result.counts.as_dict()
+    context.log.info(f"dedup: {stage.rows_in} in, {stage.rows_out} out; {counts}")
+    with storage.fs.open_input_file(storage.path(f"{rel}/{stage.parts[0]}")) as f:
+        schema = pq.read_schema(f)
+    histogram = result.cluster_size_histogram().to_pylist()
+    metadata = output_metadata(storage, rel, stage.files, schema, stage.rows_out)
+    metadata.update({
+        "documents_in": stage.rows_in,
+        "carried_over": stage.carried_over,
+        "removed_exact": counts["removed_exact"],
+        "removed_near": counts["removed_near"],
+        "lsh_bands_x_rows": f"{counts.get('lsh_bands', 0)} x {counts.get('lsh_rows', 0)}",
+        "removed_per_source": arrow_table(result.removed_per_source()),
+        "cluster_sizes": counts_table({str(r["cluster_size"]): r["clusters"] for r in histogram}, "cluster_size",
+                                      "clusters"),
+        "cluster_size_chart": dg.MetadataValue.md(bar_chart_markdown(
+            "clusters by size (kept + removed members)", [str(r["cluster_size"]) for r in histogram],
+            [r["clusters"] for r in histogram])),
+        "top_clusters": dg.MetadataValue.md(_top_clusters_markdown(result.duplicates)),
+        "exclusions_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{EXCLUSIONS_FILE}")),
+        "duplicates_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{DUPLICATES_FILE}")),
+        "signatures_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{SIGNATURES_FILE}")),
+    })
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(manifest_version(stage.files)),
+        check_results=evaluate_dedup_checks(storage, rel, stage, cfg.dedup),
+    )

@@ -1,0 +1,50 @@
+"""Quality gates on deduplicated_documents (all blocking: dataset_splits must not see a bad dedup)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.dedup.exact import text_hashes
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.dedup.stage import DedupStageResult
+from platform_assets.ingest.validation import duplicate_ids
+from platform_assets.parquet_parts import read_batches
+from platform_assets.storage import Storage
+
+ASSET = "deduplicated_documents"
+
+DEDUP_CHECKS = [
+    dg.AssetCheckSpec("ids_unique", asset=ASSET, blocking=True,
+                      description="No document id appears twice across all sources."),
+    dg.AssetCheckSpec("no_exact_duplicates_remain", asset=ASSET, blocking=True,
+                      description="No two kept documents have the same normalised text."),
+    dg.AssetCheckSpec("removal_rate_within_bounds", asset=ASSET, blocking=True,
+                      description="Removed documents are at most `dedup.max_removed_fraction` of the input."),
+]
+
+
+def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings) -> int:
+    hashes = [text_hashes(b.column("text"), settings.exact) for b in read_batches(storage, rel, ["text"])]
+    if not hashes:
+        return 0
+    all_hashes = pa.concat_arrays(hashes)
+    return len(all_hashes) - pc.count_distinct(all_hashes).as_py()
+
+
+def evaluate_dedup_checks(storage: Storage, rel: str, stage: DedupStageResult,
+                          settings: DedupSettings) -> list[dg.AssetCheckResult]:
+    dups = duplicate_ids(storage, rel)
+    exact_left = exact_duplicate_groups(storage, rel, settings)
+    removed = stage.rows_in - (stage.rows_out - stage.carried_over)
+    fraction = removed / stage.rows_in if stage.rows_in else 0.0
+    return [
+        dg.AssetCheckResult(check_name="ids_unique", passed=dups.duplicates == 0,
+                            metadata={"rows": dups.rows, "distinct_ids": dups.distinct}),
+        dg.AssetCheckResult(check_name="no_exact_duplicates_remain", passed=exact_left == 0,
+                            metadata={"duplicate_texts": exact_left}),
+        dg.AssetCheckResult(check_name="removal_rate_within_bounds", passed=fraction <= settings.max_removed_fraction,
+                            metadata={"removed": removed, "input": stage.rows_in, "fraction": round(fraction, 6),
+                                      "bound": settings.max_removed_fraction}),
+    ]

@@ -1,0 +1,206 @@
+"""Leakage between splits: exact duplicates in two splits, near-duplicates of train in eval splits.
+
+Dedup runs before the split, so on a healthy corpus both lists are empty; the check exists because
+dedup can be misconfigured, run incrementally against a stale artifact, or skipped for a source, and
+evaluation numbers on leaked documents are silently wrong. It uses the dedup stage's own
+normalisation (exact) and MinHash-LSH settings (near), so "a duplicate" means the same thing in
+both stages:
+
+- exact: every normalised-text hash present in more than one split, reported as (reference, other)
+  pairs, the reference being the group's train member when it has one;
+- near: the train documents go into an LSH index; every validation/test document queries it and
+  each candidate is verified as in dedup (exact Jaccard by default) against the threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.dedup.exact import TEXT_HASH_TYPE, text_hashes
+from platform_assets.dedup.lsh_index import LshIndex
+from platform_assets.dedup.minhash import MinHasher, exact_jaccard
+from platform_assets.dedup.near_dedup import ShingleStore
+from platform_assets.dedup.settings import ExactSettings, LshStorage, NearSettings
+from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
+from platform_assets.splits.assignment import SPLIT_NAMES
+from platform_assets.splits.settings import LeakCheckSettings
+
+EXACT_LEAKS_SCHEMA = pa.schema(
+    [
+        pa.field("text_hash", pa.string()),  # hex
+        pa.field("id", pa.string()),
+        pa.field("split", pa.string()),
+        pa.field("other_id", pa.string()),
+        pa.field("other_split", pa.string()),
+    ]
+)
+NEAR_LEAKS_SCHEMA = pa.schema(
+    [
+        pa.field("train_id", pa.string()),
+        pa.field("other_id", pa.string()),
+        pa.field("other_split", pa.string()),
+        pa.field("similarity", pa.float32()),
+    ]
+)
+
+
+@dataclass
+class LeakageReport:
+    exact_pairs: pa.Table
+    near_pairs: pa.Table
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exact_pairs.num_rows == 0 and self.near_pairs.num_rows == 0
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"no leakage across {self.counts.get('documents', 0)} documents"
+        return (
+            f"{self.counts['exact_leaking_groups']} exact-duplicate groups span splits "
+            f"({self.exact_pairs.num_rows} pairs), {self.counts['near_leaking_documents']} validation/test "
+            f"documents are near-duplicates of train ({self.near_pairs.num_rows} pairs)"
+        )
+
+
+class LeakageChecker:
+    """Feed batches with `id`, `text`, `split`; `finish()` gives the report."""
+
+    def __init__(
+        self,
+        near: NearSettings,
+        exact: ExactSettings,
+        settings: LeakCheckSettings | None = None,
+    ):
+        self.near, self.exact, self.settings = near, exact, settings or LeakCheckSettings()
+        self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
+        self._ids: list[pa.Array] = []
+        self._splits: list[pa.Array] = []
+        self._hashes: list[pa.Array] = []
+        self._sigs: list[np.ndarray] = []
+        self._n_shingles: list[np.ndarray] = []
+        self._store = ShingleStore() if near.verify == "exact" else None
+
+    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        self._ids.append(_plain(batch.column("id")))
+        self._splits.append(_plain(batch.column("split")))
+        text = texts_to_array(batch.column("text"))
+        if self.settings.exact:
+            self._hashes.append(text_hashes(text, self.exact))
+        if self.settings.near:
+            for a, b in compute_in_slices(text):
+                sh = shingle_hashes(text[a:b], self.near.shingles)
+                self._sigs.append(self.minhasher.signatures(sh))
+                self._n_shingles.append(sh.counts)
+                if self._store is not None:
+                    self._store.add(sh)
+
+    def finish(self) -> LeakageReport:
+        ids = pa.concat_arrays(self._ids) if self._ids else pa.array([], pa.string())
+        splits = pa.concat_arrays(self._splits) if self._splits else pa.array([], pa.string())
+        unknown = pc.invert(pc.is_in(splits, value_set=pa.array(SPLIT_NAMES))).fill_null(True)
+        if pc.any(unknown).as_py():
+            raise ValueError(f"split column has values outside {SPLIT_NAMES}")
+        counts = {"documents": len(ids)}
+        exact_pairs = pa.table(
+            {f.name: pa.array([], f.type) for f in EXACT_LEAKS_SCHEMA}, schema=EXACT_LEAKS_SCHEMA
+        )
+        near_pairs = pa.table(
+            {f.name: pa.array([], f.type) for f in NEAR_LEAKS_SCHEMA}, schema=NEAR_LEAKS_SCHEMA
+        )
+        counts["exact_leaking_groups"] = 0
+        counts["near_leaking_documents"] = 0
+        if self.settings.exact and len(ids):
+            hashes = pa.concat_arrays(self._hashes) if self._hashes else pa.array([], TEXT_HASH_TYPE)
+            exact_pairs, counts["exact_leaking_groups"] = self._exact(ids, splits, hashes)
+        if self.settings.near and len(ids):
+            near_pairs, counts["near_leaking_documents"], counts["near_candidates"] = self._near(ids, splits)
+        return LeakageReport(exact_pairs, near_pairs, counts)
+
+    def _exact(self, ids: pa.Array, splits: pa.Array, hashes: pa.Array) -> tuple[pa.Table, int]:
+        t = pa.table({"h": hashes, "id": ids, "split": splits})
+        g = t.group_by("h", use_threads=False).aggregate([("split", "count_distinct")])
+        leaking = g.filter(pc.greater(g["split_count_distinct"], 1))["h"]
+        if len(leaking) == 0:
+            return pa.table(
+                {f.name: pa.array([], f.type) for f in EXACT_LEAKS_SCHEMA}, schema=EXACT_LEAKS_SCHEMA
+            ), 0
+        rows = t.filter(pc.is_in(t["h"], value_set=leaking))
+        split_rank = pc.index_in(rows["split"], value_set=pa.array(SPLIT_NAMES))
+        rows = rows.append_column("r", split_rank).sort_by(
+            [("h", "ascending"), ("r", "ascending"), ("id", "ascending")]
+        )
+        out: dict[str, list] = {f.name: [] for f in EXACT_LEAKS_SCHEMA}
+        ref_h, ref_id, ref_split = None, None, None
+        for h, i, sp in zip(
+            rows["h"].to_pylist(), rows["id"].to_pylist(), rows["split"].to_pylist(), strict=True
+        ):
+            if h != ref_h:
+                ref_h, ref_id, ref_split = h, i, sp
+                continue
+            if sp != ref_split and len(out["id"]) < self.settings.max_pairs_reported:
+                for k, v in zip(out, (h.hex(), ref_id, ref_split, i, sp), strict=True):
+                    out[k].append(v)
+        return pa.table(out, schema=EXACT_LEAKS_SCHEMA), len(leaking)
+
+    def _near(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
+        sigs = np.concatenate(self._sigs)
+        n_sh = np.concatenate(self._n_shingles)
+        split_codes = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)
+        # always in memory: the keys are this check's row numbers, not shareable document ids
+        index = LshIndex(self.near.model_copy(update={"storage": LshStorage()}), self.minhasher)
+        train = np.flatnonzero((split_codes == 0) & (n_sh > 0))
+        index.insert_many(train.tolist(), sigs[train])  # keys: row numbers
+        id_list = ids.to_pylist()
+        out: dict[str, list] = {f.name: [] for f in NEAR_LEAKS_SCHEMA}
+        leaking = candidates = 0
+        for row in np.flatnonzero((split_codes > 0) & (n_sh > 0)).tolist():
+            cand = np.array(sorted(index.query(sigs[row])), dtype=np.int64)[: self.near.max_candidates]
+            if len(cand) == 0:
+                continue
+            candidates += len(cand)
+            sims = (sigs[cand] == sigs[row][None, :]).mean(axis=1)
+            if self._store is not None:
+                mine = self._store.get(row)
+                sims = np.array([exact_jaccard(mine, self._store.get(int(c))) for c in cand])
+                self._store.release(row)
+            if self.near.verify == "none":
+                hit = np.ones(len(cand), dtype=bool)
+            else:
+                hit = sims >= self.near.threshold
+            if hit.any():
+                leaking += 1
+            for c, sim in zip(cand[hit].tolist(), sims[hit].tolist(), strict=True):
+                if len(out["train_id"]) < self.settings.max_pairs_reported:
+                    for k, v in zip(
+                        out, (id_list[c], id_list[row], SPLIT_NAMES[split_codes[row]], sim), strict=True
+                    ):
+                        out[k].append(v)
+        return pa.table(out, schema=NEAR_LEAKS_SCHEMA), leaking, candidates
+
+
+def check_leakage(
+    table: pa.Table,
+    near: NearSettings,
+    exact: ExactSettings,
+    settings: LeakCheckSettings | None = None,
+    batch_rows: int = 8192,
+) -> LeakageReport:
+    """One-shot helper over an in-memory table with `id`, `text`, `split`."""
+    checker = LeakageChecker(near, exact, settings)
+    for batch in table.to_batches(max_chunksize=batch_rows):
+        checker.add_batch(batch)
+    return checker.finish()
+
+
+def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col.cast(pa.string()) if col.type != pa.string() else col

@@ -1,0 +1,46 @@
+"""Config of the split stage: the `splits:` key of the pipeline config."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SplitRatios(_Strict):
+    train: Annotated[float, Field(ge=0.0, le=1.0)] = 0.98
+    validation: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
+    test: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> SplitRatios:
+        total = self.train + self.validation + self.test
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"split ratios must sum to 1, got {total:g}")
+        return self
+
+    def as_tuple(self) -> tuple[float, float, float]:
+        return (self.train, self.validation, self.test)
+
+
+class LeakCheckSettings(_Strict):
+    exact: bool = True
+    """Fail on any normalised-text duplicate in two different splits."""
+    near: bool = True
+    """Fail on any near-duplicate (the dedup stage's MinHash-LSH and threshold) of a train document
+    in validation or test."""
+    max_pairs_reported: Annotated[int, Field(gt=0)] = 10_000
+
+
+class SplitSettings(_Strict):
+    seed: Annotated[int, Field(ge=0)] = 0
+    """Salt of the id hash: changing it reshuffles every document, so it is part of a dataset's identity."""
+    ratios: SplitRatios = SplitRatios()
+    stratify_by: str | None = None
+    """Column (e.g. `source`, `lang`) whose every value gets the ratios within +-1 document. Needs the
+    previous assignment to stay stable as the corpus grows (see splits/assignment.py)."""
+    leakage: LeakCheckSettings = LeakCheckSettings()

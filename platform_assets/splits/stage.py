@@ -1,0 +1,86 @@
+"""The split stage over stored outputs: add a `split` column to every deduplicated document.
+
+Pass 1 reads ids (and the stratification column) only and assigns splits; pass 2 streams the
+documents and writes them with their split. The previous output is the `prior` assignment, so with
+stratification existing documents never move either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.parquet_parts import PartWriter, output_schema, read_batches
+from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
+from platform_assets.splits.leakage import LeakageChecker, LeakageReport
+from platform_assets.splits.settings import SplitSettings
+from platform_assets.storage import Storage
+
+
+@dataclass(frozen=True)
+class SplitStageResult:
+    rows: int
+    counts: dict[str, int]
+    parts: list[str]
+    files: dict[str, dict[str, object]]
+
+
+def _read_columns(storage: Storage, rel: str, columns: list[str], batch_rows: int) -> pa.Table | None:
+    batches = list(read_batches(storage, rel, columns, batch_rows))
+    return pa.Table.from_batches(batches) if batches else None
+
+
+def split_outputs(
+    storage: Storage,
+    in_rel: str,
+    out_rel: str,
+    settings: SplitSettings,
+    batch_rows: int = 8192,
+    compression: str = "zstd",
+    part_max_bytes: int = 512 * 2**20,
+) -> SplitStageResult:
+    schema = output_schema(storage, in_rel)
+    if schema is None:
+        raise ValueError(f"no input documents under {in_rel}")
+    if settings.stratify_by and settings.stratify_by not in schema.names:
+        raise ValueError(f"splits.stratify_by: no column {settings.stratify_by!r} in {in_rel} ({schema.names})")
+    key_columns = ["id", *([settings.stratify_by] if settings.stratify_by else [])]
+    keys = _read_columns(storage, in_rel, key_columns, batch_rows)
+    prior = _read_columns(storage, out_rel, ["id", "split"], batch_rows) if settings.stratify_by else None
+    # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
+    # stream is row i of the assignment (no per-batch id lookup)
+    assignment = assign_splits(keys, settings, prior)
+
+    out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
+        else schema
+    with storage.staged_dir(out_rel) as staged:
+        writer = PartWriter(staged, out_schema, compression, part_max_bytes)
+        offset = 0
+        try:
+            for batch in read_batches(storage, in_rel, None, batch_rows):
+                split = assignment.slice(offset, batch.num_rows)
+                offset += batch.num_rows
+                table = pa.Table.from_batches([batch])
+                if "split" in table.schema.names:
+                    table = table.drop_columns(["split"])
+                writer.write(table.append_column("split", split))
+            parts = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    return SplitStageResult(writer.rows, split_counts(assignment), parts, staged.manifest)
+
+
+def check_split_leakage(
+    storage: Storage, rel: str, dedup: DedupSettings, settings: SplitSettings, batch_rows: int = 8192
+) -> LeakageReport:
+    """Exact and near duplicates across splits in a written split output (the blocking check)."""
+    checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage)
+    for batch in read_batches(storage, rel, ["id", "text", "split"], batch_rows):
+        checker.add_batch(batch)
+    return checker.finish()
+
+
+__all__ = ["SPLIT_NAMES", "SplitStageResult", "check_split_leakage", "split_outputs"]

@@ -1,0 +1,179 @@
+"""deduplicated_documents and dataset_splits over stored outputs, through Dagster and directly."""
+
+import random
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
+from platform_assets.defs.dataset_splits.assets import dataset_splits
+from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
+from platform_assets.splits.stage import split_outputs
+from platform_assets.storage import Storage
+
+WORDS = ("data pipeline shard token model train valid test corpus filter clean dedup split pack index "
+         "byte text page line word source asset check gate lineage version remote cache batch worker").split()
+
+
+def _essay(rng: random.Random, n: int = 300) -> str:
+    return " ".join(rng.choice(WORDS) + str(rng.randrange(50)) for _ in range(n))
+
+
+def _write_docs(root, source: str, texts: list[str], ts: int = 1_700_000_000) -> list[str]:
+    d = root / "cleaned_documents" / source
+    d.mkdir(parents=True, exist_ok=True)
+    uris = [f"{source}.jsonl#line={i + 1}" for i in range(len(texts))]
+    ids = [document_id(source, u, t) for u, t in zip(uris, texts, strict=True)]
+    n = len(texts)
+    table = pa.table({
+        "id": ids, "source": [source] * n, "text": pa.array(texts, pa.large_string()), "modality": ["text"] * n,
+        "uri": uris, "license": pa.nulls(n, pa.string()), "meta": pa.nulls(n, pa.string()),
+        "ingested_at": pa.array([(ts + i) * 1000 for i in range(n)], pa.timestamp("ms", tz="UTC")),
+    }, schema=DOCUMENTS_SCHEMA)
+    pq.write_table(table, d / "part-00000.parquet")
+    return ids
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = random.Random(7)
+    base = [_essay(rng) for _ in range(60)]
+    web = base[:40] + [base[0], base[1].upper()]  # an exact copy and a case-only copy
+    words = base[2].split()
+    words[10] = "edited"  # a one-word edit: Jaccard ~0.98
+    forum = base[40:] + [" ".join(words), base[3] + " " + _essay(rng, 5)]  # near duplicates across sources
+    ids = {"web": _write_docs(tmp_path / "out", "web", web), "forum": _write_docs(tmp_path / "out", "forum", forum)}
+    return tmp_path, ids
+
+
+def test_stage_removes_planted_duplicates_across_sources(corpus):
+    tmp, ids = corpus
+    from platform_assets.config import parse_config
+
+    cfg = parse_config({"sources": [{"name": "web", "format": "jsonl", "path": "x"}]}, tmp)
+    st = Storage(str(tmp / "out"))
+    stage = deduplicate_outputs(st, ["cleaned_documents/web", "cleaned_documents/forum"],
+                                "deduplicated_documents/_all", cfg.dedup)
+    assert stage.rows_in == 64 and stage.rows_out == 60
+    removed = {r["removed_id"]: r["rule"] for r in stage.result.duplicates.to_pylist()}
+    assert removed == {ids["web"][40]: "exact_duplicate", ids["web"][41]: "exact_duplicate",
+                       ids["forum"][20]: "near_duplicate", ids["forum"][21]: "near_duplicate"}
+    out = tmp / "out" / "deduplicated_documents" / "_all"
+    kept = pq.read_table(out / "part-00000.parquet")
+    assert kept.column_names[-1] == "cluster_id" and kept.num_rows == 60
+    excl = pq.read_table(out / EXCLUSIONS_FILE)
+    assert sorted(excl["id"].to_pylist()) == sorted(removed) and set(excl["rule"].to_pylist()) == set(removed.values())
+    assert (out / DUPLICATES_FILE).exists() and (out / SIGNATURES_FILE).exists()
+
+    # input order does not matter: the same kept set from the sources in the other order
+    again = deduplicate_outputs(st, ["cleaned_documents/forum", "cleaned_documents/web"], "dd2", cfg.dedup)
+    assert set(pq.read_table(tmp / "out" / "dd2" / "part-00000.parquet")["id"].to_pylist()) == \
+        set(kept["id"].to_pylist())
+    assert again.rows_out == 60
+
+
+def test_incremental_run_dedups_a_new_source_against_accepted_documents(corpus):
+    tmp, ids = corpus
+    from platform_assets.config import parse_config
+
+    cfg = parse_config({"sources": [{"name": "web", "format": "jsonl", "path": "x"}],
+                        "dedup": {"incremental": True}}, tmp)
+    st = Storage(str(tmp / "out"))
+    first = deduplicate_outputs(st, ["cleaned_documents/web"], "dd", cfg.dedup)
+    assert first.rows_out == 40
+    web = pq.read_table(tmp / "out" / "cleaned_documents" / "web" / "part-00000.parquet")["text"].to_pylist()
+    new_ids = _write_docs(tmp / "out", "crawl", [web[5], "a brand new document " + web[7][:50]])
+    second = deduplicate_outputs(st, ["cleaned_documents/web", "cleaned_documents/crawl"], "dd", cfg.dedup)
+    assert second.rows_in == 2 and second.carried_over == 40  # only the new source was deduplicated
+    assert second.rows_out == 41
+    assert second.result.counts.removed_against_earlier_runs == 1
+    kept = pq.read_table(tmp / "out" / "dd")
+    assert new_ids[0] not in kept["id"].to_pylist() and new_ids[1] in kept["id"].to_pylist()
+    excluded = pq.read_table(tmp / "out" / "dd" / EXCLUSIONS_FILE)["id"].to_pylist()
+    assert new_ids[0] in excluded and ids["web"][40] in excluded  # earlier exclusions are kept
+
+
+def test_splits_are_stable_when_documents_are_added(tmp_path):
+    from platform_assets.splits.settings import SplitSettings
+
+    rng = random.Random(3)
+    st = Storage(str(tmp_path))
+    _write_docs(tmp_path, "web", [_essay(rng, 20) for _ in range(400)])
+    settings = SplitSettings(ratios={"train": 0.8, "validation": 0.1, "test": 0.1})
+    split_outputs(st, "cleaned_documents/web", "s1", settings)
+    first = dict(zip(*pq.read_table(tmp_path / "s1", columns=["id", "split"]).to_pydict().values(), strict=True))
+    _write_docs(tmp_path, "web", [_essay(rng, 20) for _ in range(400)] + [])  # replaced by 400 new docs
+    d = tmp_path / "cleaned_documents" / "web"
+    old = pq.read_table(tmp_path / "s1").drop_columns(["split"])
+    pq.write_table(old, d / "part-00001.parquet")  # the old documents plus 400 new ones
+    result = split_outputs(st, "cleaned_documents/web", "s2", settings)
+    second = dict(zip(*pq.read_table(tmp_path / "s2", columns=["id", "split"]).to_pydict().values(), strict=True))
+    assert result.rows == 800 and all(second[i] == s for i, s in first.items())
+    assert 0.7 < result.counts["train"] / 800 < 0.9
+
+
+@pytest.fixture
+def pipeline(corpus):
+    tmp, _ = corpus
+    cfg = {"storage": {"root": str(tmp / "out")},
+           "sources": [{"name": "web", "format": "jsonl", "path": "x"}, {"name": "forum", "format": "jsonl", "path": "x"}],
+           "splits": {"ratios": {"train": 0.8, "validation": 0.1, "test": 0.1}}}
+    (tmp / "p.yaml").write_text(yaml.safe_dump(cfg))
+    return PipelineResource(config_path=str(tmp / "p.yaml"))
+
+
+def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
+    result = dg.materialize([deduplicated_documents, dataset_splits], resources={"pipeline": pipeline})
+    assert result.success
+    md = result.asset_materializations_for_node("deduplicated_documents")[0].metadata
+    assert (md["documents_in"].value, md["rows"].value, md["removed_exact"].value, md["removed_near"].value) == \
+        (64, 60, 2, 2)
+    assert md["cluster_size_chart"].value.startswith("![clusters by size")
+    per_source = {r.data["source"]: r.data["removed"] for r in md["removed_per_source"].value.records}
+    assert per_source == {"forum": 2, "web": 2}
+    sp = result.asset_materializations_for_node("dataset_splits")[0].metadata
+    split_counts = {r.data["split"]: r.data["documents"] for r in sp["documents_per_split"].value.records}
+    assert sum(split_counts.values()) == 60 and set(split_counts) == {"train", "validation", "test"}
+    evaluations = {(e.asset_key.path[0], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    assert all(evaluations.values()) and len(evaluations) == 6
+
+
+def test_leak_check_blocks_a_planted_leak(pipeline, corpus):
+    """A dedup output that still holds the planted exact copy (written by hand: the dedup stage's own
+    blocking check would stop it) and a seed that puts the two copies in different splits: the
+    blocking leak check must fail the run."""
+    from platform_assets.splits.assignment import assign_splits
+    from platform_assets.splits.settings import SplitSettings
+
+    tmp, ids = corpus
+    pair = pa.table({"id": [ids["web"][0], ids["web"][40]]})  # base[0] and its exact copy
+    ratios = {"train": 0.5, "validation": 0.25, "test": 0.25}
+    seed = next(s for s in range(1000)
+                if len(set(assign_splits(pair, SplitSettings(seed=s, ratios=ratios)).to_pylist())) == 2)
+    cfg = yaml.safe_load((tmp / "p.yaml").read_text())
+    cfg["splits"] = {"seed": seed, "ratios": ratios}
+    (tmp / "p.yaml").write_text(yaml.safe_dump(cfg))
+    leaky = tmp / "out" / "deduplicated_documents" / "_all"
+    leaky.mkdir(parents=True)
+    pq.write_table(pq.read_table(tmp / "out" / "cleaned_documents" / "web"), leaky / "part-00000.parquet")
+    result = dg.materialize([dataset_splits], resources={"pipeline": pipeline}, raise_on_error=False)
+    assert not result.success
+    leak = next(e for e in result.get_asset_check_evaluations() if e.check_name == "no_split_leakage")
+    assert leak.passed is False
+    assert leak.metadata["exact_leaking_groups"].value >= 1
+    assert ids["web"][0] in leak.metadata["examples"].value
+
+
+def test_missing_upstream_partition_is_a_clear_failure(pipeline, corpus):
+    tmp, _ = corpus
+    cfg = yaml.safe_load((tmp / "p.yaml").read_text())
+    cfg["sources"].append({"name": "books", "format": "jsonl", "path": "x"})
+    (tmp / "p.yaml").write_text(yaml.safe_dump(cfg))
+    result = dg.materialize([deduplicated_documents], resources={"pipeline": pipeline}, raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "cleaned_documents has no documents for: books" in failure.event_specific_data.user_failure_data.description
