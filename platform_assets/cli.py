@@ -2,9 +2,12 @@
 
   sample     write the sample corpus that configs/sample.yaml reads
   validate   check a pipeline config (keys, types, source paths)
-  run        materialize the pipeline for every configured source on the Dagster instance in
-             $DAGSTER_HOME (default: dagster_home/), so the runs show up in the web UI
-  query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine)
+  run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
+             dagster_home/), so the runs show up in the web UI: ingest and clean every configured
+             source (one run per source partition), then deduplicate across sources and split
+  query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
+             cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
+             dedup_exclusions, dataset_splits)
 """
 
 from __future__ import annotations
@@ -57,27 +60,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     known = set(instance.get_dynamic_partitions(source_partitions.name))
     if missing := [n for n in names if n not in known]:
         instance.add_dynamic_partitions(source_partitions.name, missing)
-    job = defs().resolve_job_def("per_source_job")
+    definitions = defs()
+    per_source = definitions.resolve_job_def("per_source_job")
     failed = []
-    print(f"{'source':<16} {'status':<8} {'rows':>9} {'quarantined':>12}  checks")
+    print(f"{'source':<16} {'status':<8} {'raw':>7} {'quarantined':>12} {'cleaned':>8}  checks")
     for name in names:
-        result = job.execute_in_process(partition_key=name, instance=instance, raise_on_error=False)
-        rows = quarantined = "-"
-        for mat in result.asset_materializations_for_node("raw_documents"):
-            rows = mat.metadata["rows"].value
-            quarantined = mat.metadata["quarantined"].value
-        checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        failing = [c.check_name for c in checks if not c.passed]
-        status = "ok" if result.success else "FAILED"
+        result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False)
+        rows = _metadata(result, "raw_documents", "rows")
+        cleaned = _metadata(result, "cleaned_documents", "rows")
+        quarantined = _metadata(result, "raw_documents", "quarantined")
         if not result.success:
             failed.append(name)
-        summary = f"{len(checks) - len(failing)}/{len(checks)} passed" + (f" (failed: {', '.join(failing)})" if failing else "")
-        print(f"{name:<16} {status:<8} {rows:>9} {quarantined:>12}  {summary}")
+        print(f"{name:<16} {'ok' if result.success else 'FAILED':<8} {rows:>7} {quarantined:>12} {cleaned:>8}  "
+              f"{_checks_summary(result)}")
+    if failed or args.sources:
+        print("deduplication and splits skipped: " + ("some sources failed" if failed else "--sources given"))
+    else:
+        result = definitions.resolve_job_def("corpus_job").execute_in_process(instance=instance, raise_on_error=False)
+        print(f"{'corpus':<16} {'ok' if result.success else 'FAILED':<8} dedup {_metadata(result, 'deduplicated_documents', 'documents_in')}"
+              f" -> {_metadata(result, 'deduplicated_documents', 'rows')} documents, split "
+              f"{_metadata(result, 'dataset_splits', 'rows')}  {_checks_summary(result)}")
+        if not result.success:
+            failed.append("corpus")
     print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`)")
     if failed:
-        print(f"failed sources: {', '.join(failed)}", file=sys.stderr)
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _metadata(result, asset: str, key: str) -> object:
+    for mat in result.asset_materializations_for_node(asset):
+        if key in mat.metadata:
+            return mat.metadata[key].value
+    return "-"
+
+
+def _checks_summary(result) -> str:
+    checks = result.get_asset_check_evaluations()
+    failing = [c.check_name for c in checks if not c.passed]
+    return f"{len(checks) - len(failing)}/{len(checks)} checks passed" + (
+        f" (failed: {', '.join(failing)})" if failing else "")
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -89,6 +112,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     con = connect(storage, {
         "raw_documents": ("raw_documents", "*/part-*.parquet"),
         "quarantine": ("raw_documents", "*/_quarantine.parquet"),
+        "cleaned_documents": ("cleaned_documents", "*/part-*.parquet"),
+        "cleaning_exclusions": ("cleaned_documents", "*/_exclusions.parquet"),
+        "deduplicated_documents": ("deduplicated_documents", "_all/part-*.parquet"),
+        "duplicates": ("deduplicated_documents", "_all/_duplicates.parquet"),
+        "dedup_exclusions": ("deduplicated_documents", "_all/_exclusions.parquet"),
+        "dataset_splits": ("dataset_splits", "_all/part-*.parquet"),
     })
     rel = con.sql(args.sql)
     if rel is not None:

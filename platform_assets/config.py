@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
@@ -142,10 +143,25 @@ class IngestConfig(_Strict):
     """Above this share of quarantined inputs the `quarantine_rate_within_bounds` check warns."""
 
 
+class CleaningGates(_Strict):
+    """Bounds of the blocking checks on cleaned_documents: a broken rule cannot silently empty a source."""
+
+    max_removal_rate: Annotated[float, Field(ge=0, le=1)] = 0.9
+    """Share of a source's documents that cleaning may remove in all."""
+    max_rule_removal_rate: Annotated[float, Field(ge=0, le=1)] = 0.6
+    """Share of the documents entering a rule group (c4, gopher_quality, language, ...) it may remove."""
+    rule_bounds: dict[str, Annotated[float, Field(ge=0, le=1)]] = {}
+    """Per rule group or full rule name (`language`, `c4.curly_bracket`): overrides the default."""
+    language_shares: dict[str, tuple[float, float]] = {}
+    """Expected (min, max) share of kept documents per language code, e.g. `en: [0.5, 1.0]`."""
+
+
 class PipelineConfig(_Strict):
     storage: StorageConfig = StorageConfig()
     sources: list[SourceConfig]
     ingest: IngestConfig = IngestConfig()
+    cleaning: CleaningSettings = CleaningSettings()
+    cleaning_gates: CleaningGates = CleaningGates()
     dedup: DedupSettings = DedupSettings()
     splits: SplitSettings = SplitSettings()
     config_dir: Path = Field(default=Path("."), exclude=True)
@@ -180,6 +196,14 @@ class PipelineConfig(_Strict):
     @property
     def storage_root(self) -> str:
         return self.resolve(self.storage.root)
+
+    def cleaning_settings(self) -> CleaningSettings:
+        """The cleaning settings with a relative blocklist path resolved against the config's folder."""
+        path = self.cleaning.blocklist.path
+        if path is None or "://" in path:
+            return self.cleaning
+        blocklist = self.cleaning.blocklist.model_copy(update={"path": self.resolve(path)})
+        return self.cleaning.model_copy(update={"blocklist": blocklist})
 
     def s3_settings(self) -> S3Settings:
         return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region)

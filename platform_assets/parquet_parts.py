@@ -18,6 +18,9 @@ import pyarrow.parquet as pq
 from platform_assets.storage import StagedDir, Storage
 
 DICTIONARY_COLUMNS = ("source", "modality", "license", "split", "lang", "rule")  # few distinct values
+# Min/max statistics of whole documents are useless for pruning and cost as much as the compression
+# itself (zstd write of 198 MB of text: 1.28 s with them, 0.65 s without).
+NO_STATISTICS_COLUMNS = ("text",)
 PART_GLOB = "part-*.parquet"
 
 
@@ -31,7 +34,7 @@ def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWrite
         schema,
         compression=None if compression == "none" else compression,
         use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
-        write_statistics=True,
+        write_statistics=[c for c in schema.names if c not in NO_STATISTICS_COLUMNS],
     )
 
 

@@ -63,7 +63,7 @@ def write_sample_corpus(out: Path = DEFAULT_OUT) -> dict[str, int]:
     # docs: JSONL, with planted duplicates, PII and bad lines among the good ones
     docs = [{"text": d["text"], "path": d["path"], "lang": d["lang"], "license": d["license"]} for d in py[:60]]
     docs += [dict(docs[i]) for i in (0, 1, 2)]  # exact duplicates
-    docs += [{**docs[i], "text": _edit_words(docs[i]["text"], 40)} for i in (3, 4, 5)]  # near duplicates
+    docs += [{**docs[i], "text": _edit_words(docs[i]["text"], 80)} for i in (3, 4, 5)]  # near duplicates, J ~0.88
     docs.append({"text": "Contact the maintainer at jane.doe@example.org or +1 415 555 0100; the build host "
                          "is 10.0.12.7. " + py[60]["text"], "path": "contact.rst", "lang": "en", "license": "PSF-2.0"})
     good = _jsonl(docs)

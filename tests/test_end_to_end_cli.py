@@ -53,14 +53,21 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     res = _run([sys.executable, "-m", "platform_assets", "run"], env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.split()}
-    for source, rows, quarantined in [("docs", "67", "6"), ("kernel", "40", "1"), ("handbook", "40", "0"),
-                                      ("pages", "9", "2"), ("notes", "40", "0"), ("hub-mirror", "15", "0")]:
-        assert lines[source][1:4] == ["ok", rows, quarantined], res.stdout
-        assert "4/4" in " ".join(lines[source]), res.stdout
+    for source, raw, quarantined, cleaned in [("docs", "67", "6", "54"), ("kernel", "40", "1", "31"),
+                                              ("handbook", "40", "0", "40"), ("pages", "9", "2", "6"),
+                                              ("notes", "40", "0", "40"), ("hub-mirror", "15", "0", "13")]:
+        assert lines[source][1:5] == ["ok", raw, quarantined, cleaned], res.stdout
+        assert "7/7 checks passed" in " ".join(lines[source]), res.stdout
+    # dedup across sources (hub-mirror copies kernel docs; planted copies in docs), then splits
+    assert " ".join(lines["corpus"]).startswith("corpus ok dedup 184 -> 165 documents, split 165 6/6 checks passed")
     out = tmp / "platform" / "raw_documents"
     first = {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
-    res = _run([sys.executable, "-m", "platform_assets", "run", "--sources", "docs,pages"], env)
+    everything = {p: p.read_bytes() for p in sorted((tmp / "platform").rglob("*.parquet"))}
+    res = _run([sys.executable, "-m", "platform_assets", "run"], env)
     assert res.returncode == 0
+    assert {p: p.read_bytes() for p in sorted((tmp / "platform").rglob("*.parquet"))} == everything
+    res = _run([sys.executable, "-m", "platform_assets", "run", "--sources", "docs,pages"], env)
+    assert res.returncode == 0 and "deduplication and splits skipped: --sources given" in res.stdout
     assert {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == first
 
     # the quarantine is one DuckDB query away
@@ -69,6 +76,9 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     assert res.returncode == 0, res.stderr
     for reason in ("binary_file", "empty_file", "invalid_utf8", "malformed_json", "ragged_csv_row"):
         assert reason in res.stdout
+    res = _run([sys.executable, "-m", "platform_assets", "query",
+                "SELECT removed_source, count(*) FROM duplicates WHERE rule = 'exact_duplicate' GROUP BY ALL"], env)
+    assert res.returncode == 0 and "hub-mirror" in res.stdout
 
 
 def test_dagster_cli_materializes_a_partition(workspace):

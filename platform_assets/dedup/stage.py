@@ -34,6 +34,7 @@ class DedupStageResult:
     rows_out: int
     carried_over: int  # documents kept from the previous output (incremental mode)
     result: DedupResult
+    schema: pa.Schema
     parts: list[str]
     files: dict[str, dict[str, object]]
 
@@ -117,4 +118,4 @@ def deduplicate_outputs(
         write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
         write_table(staged, DUPLICATES_FILE, result.duplicates, compression)
         write_table(staged, SIGNATURES_FILE, result.accepted.to_table(settings), compression)
-    return DedupStageResult(rows_in, writer.rows, carried, result, parts, staged.manifest)
+    return DedupStageResult(rows_in, writer.rows, carried, result, out_schema, parts, staged.manifest)

@@ -23,6 +23,7 @@ from platform_assets.storage import Storage
 class SplitStageResult:
     rows: int
     counts: dict[str, int]
+    schema: pa.Schema
     parts: list[str]
     files: dict[str, dict[str, object]]
 
@@ -70,7 +71,7 @@ def split_outputs(
         except BaseException:
             writer.abort()
             raise
-    return SplitStageResult(writer.rows, split_counts(assignment), parts, staged.manifest)
+    return SplitStageResult(writer.rows, split_counts(assignment), out_schema, parts, staged.manifest)
 
 
 def check_split_leakage(

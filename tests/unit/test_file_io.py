@@ -1,6 +1,7 @@
 import io
 
 import pyarrow as pa
+import pytest
 
 from platform_assets.ingest.file_io import block_lines, iter_line_blocks, iter_lines
 
@@ -50,3 +51,38 @@ def test_overlong_line_longer_than_read_chunk_is_skipped_with_bounded_memory():
     data = b"first\n" + b"q" * (9 * 2**20) + b"\nlast\n"
     got = list(iter_lines(_stream(data), max_line_bytes=2**20))
     assert got == [(1, b"first", 5), (2, None, 9 * 2**20), (3, b"last", 4)]
+
+
+def _mapped(tmp_path, data: bytes):
+    import mmap
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+@pytest.mark.parametrize("data", [
+    b"".join(b"x" * (i % 50) + b"\n" for i in range(5000)),
+    b"a\nbb\nccc",  # no final newline
+    b"short\n" + b"L" * 5000 + b"\nafter\n",  # a line longer than a block but within the bound
+    b"short\n" + b"H" * 50_000 + b"\nafter",  # an overlong line
+    b"\n\n\n",
+])
+def test_mapped_blocks_give_the_same_lines_as_streamed_blocks(tmp_path, data):
+    from platform_assets.ingest.file_io import iter_mapped_line_blocks
+
+    def lines(blocks):
+        out = []
+        for first, block, count in blocks:
+            if block is None:
+                out.append((first, None, count))
+            else:
+                got = block_lines(bytes(block))
+                assert len(got) == count
+                out += [(first + i, line) for i, line in enumerate(got)]
+        return out
+
+    streamed = lines(iter_line_blocks(_stream(data), max_line_bytes=20_000, block_bytes=1000))
+    mapped = lines(iter_mapped_line_blocks(_mapped(tmp_path, data), max_line_bytes=20_000, block_bytes=1000))
+    assert mapped == streamed

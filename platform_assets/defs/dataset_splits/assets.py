@@ -1,7 +1,6 @@
 """dataset_splits: train / validation / test by a seeded hash of the document id, leak-checked."""
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from platform_assets.defs.dataset_splits.checks import SPLIT_CHECKS, evaluate_split_checks
 from platform_assets.defs.metadata import counts_table, output_metadata
@@ -32,9 +31,7 @@ def dataset_splits(context: dg.AssetExecutionContext, pipeline: PipelineResource
     except ValueError as err:
         raise dg.Failure(str(err)) from None
     context.log.info(f"splits: {stage.counts}")
-    with storage.fs.open_input_file(storage.path(f"{rel}/{stage.parts[0]}")) as f:
-        schema = pq.read_schema(f)
-    metadata = output_metadata(storage, rel, stage.files, schema, stage.rows)
+    metadata = output_metadata(storage, rel, stage.files, stage.schema, stage.rows)
     metadata.update({"documents_per_split": counts_table(stage.counts, "split", "documents"),
                      "seed": cfg.splits.seed, "stratify_by": cfg.splits.stratify_by or "none"})
     return dg.MaterializeResult(

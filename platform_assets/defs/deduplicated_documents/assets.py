@@ -2,7 +2,6 @@
 
 import dagster as dg
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from platform_assets.charts import bar_chart_markdown
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
@@ -10,8 +9,7 @@ from platform_assets.defs.metadata import arrow_table, counts_table, output_meta
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.layout import asset_dir
-from platform_assets.parquet_parts import output_schema
-from platform_assets.storage import manifest_version
+from platform_assets.storage import MANIFEST_NAME, manifest_version
 
 UPSTREAM = "cleaned_documents"
 
@@ -46,7 +44,7 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     cfg = pipeline.config()
     storage = pipeline.storage(cfg)
     inputs = [asset_dir(UPSTREAM, s) for s in cfg.source_names()]
-    missing = [d for d in inputs if output_schema(storage, d) is None]
+    missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_NAME}")]  # committed, maybe empty
     if missing:
         raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
                          "(materialize those partitions first, or remove the sources)")
@@ -55,10 +53,8 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     result = stage.result
     counts = result.counts.as_dict()
     context.log.info(f"dedup: {stage.rows_in} in, {stage.rows_out} out; {counts}")
-    with storage.fs.open_input_file(storage.path(f"{rel}/{stage.parts[0]}")) as f:
-        schema = pq.read_schema(f)
     histogram = result.cluster_size_histogram().to_pylist()
-    metadata = output_metadata(storage, rel, stage.files, schema, stage.rows_out)
+    metadata = output_metadata(storage, rel, stage.files, stage.schema, stage.rows_out)
     metadata.update({
         "documents_in": stage.rows_in,
         "carried_over": stage.carried_over,

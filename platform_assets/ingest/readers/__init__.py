@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from platform_assets.config import (
     CsvSource,
@@ -15,7 +17,7 @@ from platform_assets.config import (
     PipelineConfig,
     TextSource,
 )
-from platform_assets.ingest.file_io import looks_binary, open_stream
+from platform_assets.ingest.file_io import compression_of, looks_binary, open_stream
 from platform_assets.ingest.readers.delimited import read_csv
 from platform_assets.ingest.readers.huggingface import read_huggingface
 from platform_assets.ingest.readers.jsonl import read_jsonl
@@ -78,6 +80,17 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator
         head = stream.read(8192)
     if looks_binary(head):
         ctx.quarantine.add(ctx.uri(file.path), Q.BINARY_FILE, "NUL bytes in the first 8 KiB", head[:64])
+        return
+    if isinstance(src, JsonlSource) and isinstance(ctx.fs, pafs.LocalFileSystem) and compression_of(file.path) is None:
+        with open(file.path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield from read_jsonl(ctx, file, mapped, src.text_field, src.meta_fields)
+        finally:
+            try:
+                mapped.close()
+            except BufferError:  # a block is still referenced (the consumer stopped early): GC unmaps it
+                pass
         return
     with open_stream(ctx.fs, file.path) as stream:
         if isinstance(src, JsonlSource):

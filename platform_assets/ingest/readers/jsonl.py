@@ -8,6 +8,7 @@ the per-line path, which finds the bad lines and quarantines each with its reaso
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 
 import orjson
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from platform_assets.ingest.file_io import block_lines, iter_line_blocks
+from platform_assets.ingest.file_io import block_lines, iter_line_blocks, iter_mapped_line_blocks
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.records import ReadContext, Record, RecordBlock
 from platform_assets.schema import QuarantineReason as Q
@@ -67,7 +68,7 @@ class ArrowJsonBlockParser:
         text = text.combine_chunks()
         if _any_blank(text):
             return None
-        return table
+        return table.set_column(table.schema.get_field_index(self.text_field), self.text_field, text)
 
     def _read(self, block: bytes) -> pa.Table | None:
         # Arrow parses its blocks in parallel: 2 MiB blocks keep both cores busy (0.35 s vs 0.54 s
@@ -107,10 +108,13 @@ def _any_blank(text: pa.Array) -> bool:
 def read_jsonl(
     ctx: ReadContext, file: FileEntry, stream, text_field: str, meta_fields: list[str] | None, fast: bool = True
 ) -> Iterator[Record | RecordBlock]:
+    """`stream`: a pyarrow input stream, or an mmap of a local uncompressed file (zero-copy blocks)."""
     base = ctx.uri(file.path)
     mtime = ctx.mtime(file.mtime_s)
     parser = ArrowJsonBlockParser(text_field, meta_fields) if fast and _is_utf8(ctx.encoding) else None
-    for first, block, n_lines in iter_line_blocks(stream, ctx.max_document_bytes):
+    blocks = (iter_mapped_line_blocks(stream, ctx.max_document_bytes) if isinstance(stream, mmap.mmap)
+              else iter_line_blocks(stream, ctx.max_document_bytes))
+    for first, block, n_lines in blocks:
         if block is None:
             length = n_lines
             ctx.quarantine.add(f"{base}#line={first}", Q.DOCUMENT_TOO_LARGE,
@@ -119,13 +123,13 @@ def read_jsonl(
         table = parser.parse(block, n_lines) if parser is not None else None
         if table is not None:
             yield RecordBlock(
-                texts=table.column(text_field).combine_chunks(),
+                texts=table.column(text_field).chunk(0),
                 uris=[f"{base}#line={first + i}" for i in range(table.num_rows)],
                 metas=parser.metas(table),
                 mtime_s=mtime,
             )
             continue
-        for i, line in enumerate(block_lines(block)):
+        for i, line in enumerate(block_lines(bytes(block))):
             rec = _parse_line(ctx, line, f"{base}#line={first + i}", text_field, meta_fields, mtime)
             if rec is not None:
                 yield rec

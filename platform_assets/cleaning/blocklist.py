@@ -1,0 +1,105 @@
+"""A word-list filter for toxic / NSFW terms (C4's "bad words" rule, with a list of your choosing).
+
+Matching is on whole words, case-folded: the text's words are looked up in a set, and phrases as
+n-grams of words, so the cost is linear in the text and independent of the list's size (a regex
+alternation of 400 terms would be neither). Terms written in scripts without spaces between words
+(Chinese, Japanese, Thai) cannot be matched as words; they are searched as substrings, as C4 did for
+those languages.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import regex
+
+from platform_assets.cleaning.settings import BlocklistSettings
+from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
+
+DEFAULT_BLOCKLIST = "blocklist_en.txt"
+_WORD_RE = regex.compile(r"\w+")
+# Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar: written without spaces between words
+_UNSPACED_SCRIPT_RE = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
+
+
+def read_terms(path: str | Path | None = None) -> list[str]:
+    """Terms from a word list file (one per line, '#' comments), or the shipped default list."""
+    if path is None:
+        text = (
+            importlib.resources.files("platform_assets.cleaning").joinpath("data").joinpath(DEFAULT_BLOCKLIST)
+        ).read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    terms = []
+    for line in text.splitlines():
+        term = line.split("#", 1)[0].strip()
+        if term:
+            terms.append(term)
+    return terms
+
+
+class Blocklist:
+    """`matches(text)` -> the listed terms found in `text` (each once, in order of appearance)."""
+
+    def __init__(self, terms: Iterable[str]):
+        self.phrases: dict[int, set[tuple[str, ...]]] = {}
+        self.substrings: list[str] = []
+        for term in terms:
+            folded = term.casefold()
+            if _UNSPACED_SCRIPT_RE.search(folded):
+                self.substrings.append(folded)
+                continue
+            words = tuple(_WORD_RE.findall(folded))
+            if words:
+                self.phrases.setdefault(len(words), set()).add(words)
+        self.max_len = max(self.phrases, default=0)
+        self.single = self.phrases.get(1, set())
+        # first words of multi-word phrases: n-grams are only built where a phrase can start
+        self.phrase_starts = {p[0] for n, ps in self.phrases.items() if n > 1 for p in ps}
+
+    def __len__(self) -> int:
+        return sum(map(len, self.phrases.values())) + len(self.substrings)
+
+    def matches(self, text: str, limit: int | None = None) -> list[str]:
+        """Distinct terms found; stops after `limit` of them (enough to decide)."""
+        folded = text.casefold()
+        found: dict[str, None] = {}
+        words = _WORD_RE.findall(folded) if self.phrases else []
+        for i, w in enumerate(words):
+            if (w,) in self.single:
+                found.setdefault(w)
+            if w not in self.phrase_starts:
+                continue
+            for n in range(2, self.max_len + 1):
+                gram = tuple(words[i : i + n])
+                if len(gram) == n and gram in self.phrases.get(n, ()):
+                    found.setdefault(" ".join(gram))
+            if limit is not None and len(found) >= limit:
+                return list(found)
+        for term in self.substrings:
+            if term in folded:
+                found.setdefault(term)
+        return list(found)
+
+
+class BlocklistFilter(DocumentStep):
+    """Removes documents with more than `max_hits` distinct listed terms (rule blocklist.match)."""
+
+    name = "blocklist"
+
+    def __init__(
+        self, settings: BlocklistSettings | None = None, terms: Iterable[str] | None = None, **kwargs
+    ):
+        settings = settings or BlocklistSettings()
+        super().__init__(modalities=settings.modalities, languages=settings.languages, **kwargs)
+        self.settings = settings
+        self.blocklist = Blocklist(terms if terms is not None else read_terms(settings.path))
+
+    def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
+        found = self.blocklist.matches(doc.text, limit=self.settings.max_hits + 1)
+        if len(found) > self.settings.max_hits:
+            return Drop("match", f"{len(found)} > {self.settings.max_hits}: {', '.join(found[:5])}")
+        return None

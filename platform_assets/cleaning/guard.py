@@ -1,0 +1,53 @@
+"""First step: whole-column checks in Arrow (C++), before any document becomes a Python string.
+
+Rules, first match wins: ``empty`` (no text, or only whitespace), ``too_large`` (more UTF-8 bytes
+than `max_bytes`: "52428800 > 4194304"), ``binary`` (share of control characters / U+FFFD in the
+first `binary_sample_chars` characters above `max_binary_ratio`). Only the sample is examined for
+`binary`, so a 50 MB one-line document costs the same as a 64 KB one; RE2 (Arrow's regex engine)
+never backtracks.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.cleaning.settings import GuardSettings
+from platform_assets.cleaning.steps import Step, StepResult, StepStats, assemble_result, fmt, text_bytes
+
+# C0 controls except tab, LF, FF, CR; DEL; U+FFFD (what a decoder leaves for undecodable bytes).
+_BINARY_CHARS_RE2 = r"[\x00-\x08\x0B\x0E-\x1F\x7F\x{FFFD}]"
+
+
+class Guard(Step):
+    name = "guard"
+
+    def __init__(self, settings: GuardSettings | None = None):
+        self.settings = settings or GuardSettings()
+
+    def __call__(self, batch: pa.RecordBatch) -> StepResult:
+        started = time.perf_counter()
+        s = self.settings
+        text = batch.column("text")
+        sizes = text_bytes(text)
+        blank = pc.or_(pc.equal(pc.utf8_length(text), 0), pc.utf8_is_space(text)).to_pylist()
+        sample = pc.utf8_slice_codeunits(text, 0, s.binary_sample_chars)
+        bad = pc.count_substring_regex(sample, _BINARY_CHARS_RE2).to_pylist()
+        sampled = pc.utf8_length(sample).to_pylist()
+        drops: list[tuple[int, str, str | None]] = []
+        for i in range(batch.num_rows):
+            if blank[i] is None or blank[i]:
+                drops.append(
+                    (i, self.rule("empty"), "null" if sizes[i] is None else f"{sizes[i]} bytes of whitespace")
+                )
+            elif sizes[i] > s.max_bytes:
+                drops.append((i, self.rule("too_large"), f"{sizes[i]} > {s.max_bytes}"))
+            elif sampled[i] and bad[i] / sampled[i] > s.max_binary_ratio:
+                drops.append(
+                    (i, self.rule("binary"), f"{fmt(bad[i] / sampled[i])} > {fmt(s.max_binary_ratio)}")
+                )
+        return assemble_result(
+            self, batch, drops, [x or 0 for x in sizes], stats=StepStats(self.name), started=started
+        )

@@ -1,0 +1,248 @@
+"""Composes cleaning steps over record batches; collects exclusions and the funnel.
+
+Memory is bounded by the batch: each step returns a new (smaller or rewritten) batch and the stage
+never holds more than one input batch and its derivatives. Counts accumulate across batches in the
+pipeline, so after the last batch :meth:`CleaningPipeline.funnel` describes the whole partition.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from platform_assets.cleaning.blocklist import BlocklistFilter
+from platform_assets.cleaning.guard import Guard
+from platform_assets.cleaning.html_extract import HtmlExtract
+from platform_assets.cleaning.language_id import LanguageFilter
+from platform_assets.cleaning.normalize import Normalize
+from platform_assets.cleaning.pii import PiiRedact
+from platform_assets.cleaning.quality_rules import QualityStep
+from platform_assets.cleaning.settings import CleaningSettings
+from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA, Step, StepStats
+
+
+@dataclass
+class CleaningResult:
+    kept: pa.RecordBatch
+    """The documents that passed, text rewritten, with the columns the steps added."""
+    exclusions: pa.RecordBatch
+    """One row per removed document (EXCLUSIONS_SCHEMA)."""
+    stats: list[StepStats]
+    """This batch's counts, one per step in order."""
+
+
+@dataclass
+class Funnel:
+    """Documents and bytes through the steps: in, removed per rule, rewritten, out."""
+
+    steps: list[StepStats]
+
+    @property
+    def docs_in(self) -> int:
+        return self.steps[0].docs_in if self.steps else 0
+
+    @property
+    def bytes_in(self) -> int:
+        return self.steps[0].bytes_in if self.steps else 0
+
+    @property
+    def docs_out(self) -> int:
+        return self.steps[-1].docs_out if self.steps else 0
+
+    @property
+    def bytes_out(self) -> int:
+        return self.steps[-1].bytes_out if self.steps else 0
+
+    @property
+    def docs_removed(self) -> int:
+        return sum(s.docs_removed for s in self.steps)
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(s.bytes_removed for s in self.steps)
+
+    @property
+    def bytes_rewritten(self) -> int:
+        """Bytes taken out of kept documents (HTML boilerplate, C4 lines, normalisation, redaction)."""
+        return sum(s.bytes_rewritten for s in self.steps)
+
+    def removed_by_rule(self) -> dict[str, dict[str, int]]:
+        """{rule: {"docs": n, "bytes": n}} in pipeline order."""
+        out: dict[str, dict[str, int]] = {}
+        for s in self.steps:
+            for rule, n in s.removed_docs.items():
+                entry = out.setdefault(rule, {"docs": 0, "bytes": 0})
+                entry["docs"] += n
+                entry["bytes"] += s.removed_bytes[rule]
+        return out
+
+    def removal_rate(self) -> float:
+        return self.docs_removed / self.docs_in if self.docs_in else 0.0
+
+    def check(self) -> None:
+        """Raise AssertionError if the counts do not add up (they always should: a bug otherwise)."""
+        prev: StepStats | None = None
+        for s in self.steps:
+            assert s.docs_in == s.docs_out + s.docs_removed, f"{s.step}: docs in != out + removed"
+            if prev is not None:
+                assert s.docs_in == prev.docs_out, f"{s.step}: docs in != {prev.step}'s docs out"
+                assert s.bytes_in == prev.bytes_out, f"{s.step}: bytes in != {prev.step}'s bytes out"
+            prev = s
+        assert self.docs_in == self.docs_out + self.docs_removed
+        assert self.bytes_in == self.bytes_out + self.bytes_removed + self.bytes_rewritten
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: totals, per-rule removals and every step's counts."""
+        return {
+            "docs_in": self.docs_in,
+            "bytes_in": self.bytes_in,
+            "docs_removed": self.docs_removed,
+            "bytes_removed": self.bytes_removed,
+            "bytes_rewritten": self.bytes_rewritten,
+            "docs_out": self.docs_out,
+            "bytes_out": self.bytes_out,
+            "removal_rate": round(self.removal_rate(), 6),
+            "removed_by_rule": self.removed_by_rule(),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    def to_markdown(self) -> str:
+        """A table for the UI: one row per step, then one per rule that removed something."""
+        rows = [
+            "| step / rule | docs | bytes |",
+            "|---|---:|---:|",
+            f"| **in** | {self.docs_in} | {self.bytes_in} |",
+        ]
+        for s in self.steps:
+            extra = []
+            if s.skipped:
+                extra.append(f"{s.skipped} skipped")
+            if s.modified:
+                # bytes_rewritten counts bytes taken out, so the text's change is its negative
+                extra.append(f"{s.modified} rewritten, {-s.bytes_rewritten:+d} bytes")
+            note = f" ({'; '.join(extra)})" if extra else ""
+            rows.append(f"| {s.step}{note} | -{s.docs_removed} | -{s.bytes_removed} |")
+            for rule, n in sorted(s.removed_docs.items(), key=lambda kv: -kv[1]):
+                rows.append(f"| &nbsp;&nbsp;{rule} | -{n} | -{s.removed_bytes[rule]} |")
+        rows.append(f"| **out** | {self.docs_out} | {self.bytes_out} |")
+        return "\n".join(rows)
+
+    def to_metadata(self) -> dict[str, Any]:
+        """Plain values for the asset's materialization metadata (wrap them in MetadataValue there)."""
+        return {
+            "docs_in": self.docs_in,
+            "docs_out": self.docs_out,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "docs_removed": self.docs_removed,
+            "removal_rate": round(self.removal_rate(), 6),
+            "removed_by_rule": {rule: v["docs"] for rule, v in self.removed_by_rule().items()},
+            "funnel": self.to_markdown(),
+            "counters": self.counters(),
+        }
+
+    def counters(self) -> dict[str, int]:
+        """Step-specific counts, prefixed by step: pii.EMAIL, language.lang.de, quality.c4.lines_removed..."""
+        out: Counter[str] = Counter()
+        for s in self.steps:
+            for k, v in s.counters.items():
+                out[f"{s.step}.{k}"] += v
+        return dict(sorted(out.items()))
+
+
+def exclusion_counts(exclusions: pa.Table | pa.RecordBatch) -> dict[str, dict[str, int]]:
+    """{rule: {"docs", "bytes"}} from exclusion records: must equal Funnel.removed_by_rule()."""
+    table = exclusions if isinstance(exclusions, pa.Table) else pa.Table.from_batches([exclusions])
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("rule").aggregate([("id", "count"), ("bytes", "sum")]).to_pylist()
+    return {g["rule"]: {"docs": g["id_count"], "bytes": g["bytes_sum"]} for g in grouped}
+
+
+class CleaningPipeline:
+    """Runs steps in order over each batch; keeps running totals per step for the funnel."""
+
+    def __init__(self, steps: Sequence[Step]):
+        names = [s.name for s in steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"step names must be unique (they prefix the rules): {names}")
+        self.steps = list(steps)
+        self._totals = {s.name: StepStats(s.name) for s in self.steps}
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The kept batches' schema: the input's, plus each step's added columns, in step order."""
+        schema = input_schema
+        for step in self.steps:
+            for f in step.added_fields:
+                i = schema.get_field_index(f.name)
+                schema = schema.set(i, f) if i >= 0 else schema.append(f)
+        return schema
+
+    def process_batch(self, batch: pa.RecordBatch) -> CleaningResult:
+        exclusions = []
+        stats = []
+        for step in self.steps:
+            result = step(batch)
+            batch = result.kept
+            if result.exclusions.num_rows:
+                exclusions.append(result.exclusions)
+            stats.append(result.stats)
+            self._totals[step.name].merge(result.stats)
+        if not exclusions:
+            excl = pa.RecordBatch.from_arrays(
+                [pa.array([], f.type) for f in EXCLUSIONS_SCHEMA], schema=EXCLUSIONS_SCHEMA
+            )
+        else:
+            excl = pa.concat_batches(exclusions) if len(exclusions) > 1 else exclusions[0]
+        return CleaningResult(batch, excl, stats)
+
+    def process_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[CleaningResult]:
+        for batch in batches:
+            yield self.process_batch(batch)
+
+    def process_table(self, table: pa.Table, batch_rows: int = 8192) -> tuple[pa.Table, pa.Table]:
+        """(kept, exclusions) for a whole table, in batches of `batch_rows`."""
+        kept, excl = [], []
+        for result in self.process_batches(table.to_batches(max_chunksize=batch_rows)):
+            kept.append(result.kept)
+            excl.append(result.exclusions)
+        kept_schema = self.output_schema(table.schema)
+        return pa.Table.from_batches(kept, schema=kept_schema), pa.Table.from_batches(
+            excl, schema=EXCLUSIONS_SCHEMA
+        )
+
+    def funnel(self) -> Funnel:
+        return Funnel([self._totals[s.name] for s in self.steps])
+
+    def reset(self) -> None:
+        self._totals = {s.name: StepStats(s.name) for s in self.steps}
+
+
+def build_steps(settings: CleaningSettings | None = None) -> list[Step]:
+    """The configured steps, in the stage's order (see CleaningSettings)."""
+    s = settings or CleaningSettings()
+    common = {"on_error": s.on_error}
+    steps: list[Step] = []
+    if s.guard.enabled:
+        steps.append(Guard(s.guard))
+    if s.html.enabled:
+        steps.append(HtmlExtract(s.html, **common))
+    if s.normalize.enabled:
+        steps.append(Normalize(s.normalize, **common))
+    if s.language.enabled:
+        steps.append(LanguageFilter(s.language, **common))
+    if s.quality:
+        steps.append(QualityStep(s.quality, **common))
+    if s.blocklist.enabled:
+        steps.append(BlocklistFilter(s.blocklist, **common))
+    if s.pii.enabled:
+        steps.append(PiiRedact(s.pii, **common))
+    return steps
+
+
+def build_pipeline(settings: CleaningSettings | None = None) -> CleaningPipeline:
+    return CleaningPipeline(build_steps(settings))

@@ -1,0 +1,333 @@
+"""The contract every cleaning step follows, and its accounting.
+
+A step takes an Arrow record batch of documents and returns a :class:`StepResult`: the kept batch
+(text possibly rewritten, columns possibly added), the removed documents as exclusion records
+(``id, rule, value, bytes``) and a :class:`StepStats` that counts documents and bytes in, out, removed
+per rule and rewritten. That is datatrove's contract ("every step counts what it kept, dropped and
+why"), over record batches instead of one Python object per document.
+
+Most steps are per-document Python logic: they subclass :class:`DocumentStep` and implement
+``process(doc, counters)``, returning a :class:`Drop` to remove the document or ``None`` to keep it
+(after changing ``doc.text`` or filling ``doc.out`` if they like). Steps that can work on whole
+columns (the guard) implement ``__call__`` directly and use :func:`assemble_result`.
+
+Bytes are UTF-8 bytes of ``text`` as the step saw it. Per step,
+``bytes_in == bytes_out + removed bytes + bytes_rewritten`` (rewritten: bytes taken out of kept
+documents by HTML extraction, normalisation, C4 line removal, redaction; negative if text grew).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+EXCLUSIONS_SCHEMA_NAME = "platform.exclusions"
+EXCLUSIONS_SCHEMA_VERSION = 1
+
+# One row per removed document. `rule` is "<step>.<check>" (e.g. "gopher_quality.too_few_words"), so
+# `GROUP BY rule` in DuckDB gives the funnel; `value` is what tripped it, with the threshold
+# ("37 < 50"); `bytes` is the document's UTF-8 size when it was removed (what the funnel counts).
+EXCLUSIONS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("value", pa.string(), nullable=True),
+        pa.field("bytes", pa.int64(), nullable=False),
+    ],
+    metadata={b"platform.schema": f"{EXCLUSIONS_SCHEMA_NAME}/{EXCLUSIONS_SCHEMA_VERSION}".encode()},
+)
+
+ERROR_RULE = "error"
+"""Local rule name of a document whose processing raised (with on_error='exclude')."""
+
+_VALUE_MAX_CHARS = 200  # exclusion values are for humans and GROUP BY, never whole documents
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Remove the document: `rule` is the step-local check name, `value` what tripped it."""
+
+    rule: str
+    value: str | None = None
+
+
+def fmt(x: float | int) -> str:
+    """A short, stable rendering of a measured value or threshold: 37, 0.4167, 1e-05."""
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def above(rule: str, measured: float | int, limit: float | int) -> Drop:
+    return Drop(rule, f"{fmt(measured)} > {fmt(limit)}")
+
+
+def below(rule: str, measured: float | int, limit: float | int) -> Drop:
+    return Drop(rule, f"{fmt(measured)} < {fmt(limit)}")
+
+
+@dataclass(slots=True)
+class Doc:
+    """One document as a step sees it. Steps may rewrite `text` and fill `out` (added columns)."""
+
+    id: str
+    text: str
+    modality: str | None
+    lang: str | None  # set by an earlier language step, else None
+    out: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepStats:
+    """What one step did to the documents it was given (summed over batches with :meth:`merge`)."""
+
+    step: str
+    docs_in: int = 0
+    docs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    skipped: int = 0
+    """Documents the step did not apply to (modality or language not in its scope); kept unchanged."""
+    modified: int = 0
+    """Kept documents whose text the step changed."""
+    removed_docs: Counter[str] = field(default_factory=Counter)
+    removed_bytes: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
+    """Step-specific counts: redactions per PII type, lines removed, fixes applied, ..."""
+    seconds: float = 0.0
+
+    @property
+    def docs_removed(self) -> int:
+        return sum(self.removed_docs.values())
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(self.removed_bytes.values())
+
+    @property
+    def bytes_rewritten(self) -> int:
+        return self.bytes_in - self.bytes_out - self.bytes_removed
+
+    def merge(self, other: StepStats) -> None:
+        if other.step != self.step:
+            raise ValueError(f"cannot merge stats of {other.step!r} into {self.step!r}")
+        self.docs_in += other.docs_in
+        self.docs_out += other.docs_out
+        self.bytes_in += other.bytes_in
+        self.bytes_out += other.bytes_out
+        self.skipped += other.skipped
+        self.modified += other.modified
+        self.removed_docs.update(other.removed_docs)
+        self.removed_bytes.update(other.removed_bytes)
+        self.counters.update(other.counters)
+        self.seconds += other.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "docs_in": self.docs_in,
+            "docs_out": self.docs_out,
+            "docs_removed": self.docs_removed,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "bytes_removed": self.bytes_removed,
+            "bytes_rewritten": self.bytes_rewritten,
+            "skipped": self.skipped,
+            "modified": self.modified,
+            "removed": {
+                rule: {"docs": n, "bytes": self.removed_bytes[rule]}
+                for rule, n in sorted(self.removed_docs.items())
+            },
+            "counters": dict(sorted(self.counters.items())),
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass
+class StepResult:
+    kept: pa.RecordBatch
+    exclusions: pa.RecordBatch
+    stats: StepStats
+
+
+class Step(ABC):
+    """Anything that maps a batch of documents to a :class:`StepResult`."""
+
+    name: ClassVar[str]
+    added_fields: ClassVar[tuple[pa.Field, ...]] = ()
+    """Columns this step appends to the batch (always present in its output, null where not set)."""
+
+    @abstractmethod
+    def __call__(self, batch: pa.RecordBatch) -> StepResult: ...
+
+    def rule(self, local: str) -> str:
+        return f"{self.name}.{local}"
+
+
+def text_bytes(column: pa.Array | pa.ChunkedArray) -> list[int]:
+    """UTF-8 byte length of every text, computed by Arrow (no Python string is made)."""
+    return pc.binary_length(column).to_pylist()
+
+
+def _nulls(field_: pa.Field, n: int) -> pa.Array:
+    return pa.nulls(n, field_.type)
+
+
+def assemble_result(
+    step: Step,
+    batch: pa.RecordBatch,
+    drops: Sequence[tuple[int, str, str | None]],
+    sizes: Sequence[int],
+    *,
+    new_texts: list[str] | None = None,
+    added: dict[str, list[Any]] | None = None,
+    stats: StepStats | None = None,
+    started: float | None = None,
+) -> StepResult:
+    """Build the kept batch, the exclusion records and the counts from per-row decisions.
+
+    `drops` holds (row, full rule, value); `sizes` the UTF-8 size of every input row; `new_texts` the
+    rewritten text column (None: unchanged); `added` the values of `step.added_fields`.
+    """
+    n = batch.num_rows
+    stats = stats or StepStats(step.name)
+    stats.docs_in += n
+    stats.bytes_in += sum(sizes)
+    if new_texts is not None:
+        text_idx = batch.schema.get_field_index("text")
+        text_type = batch.schema.field(text_idx).type
+        batch = batch.set_column(text_idx, batch.schema.field(text_idx), pa.array(new_texts, text_type))
+    for f in step.added_fields:
+        values = (added or {}).get(f.name)
+        arr = pa.array(values, f.type) if values is not None else _nulls(f, n)
+        idx = batch.schema.get_field_index(f.name)
+        if idx >= 0:  # re-running a step replaces its column rather than duplicating it
+            batch = batch.set_column(idx, f, arr)
+        else:
+            batch = batch.append_column(f, arr)
+
+    if drops:
+        keep = [True] * n
+        ids = batch.column("id").to_pylist()
+        ex_ids, ex_rules, ex_values, ex_bytes = [], [], [], []
+        for row, rule, value in drops:
+            keep[row] = False
+            ex_ids.append(ids[row])
+            ex_rules.append(rule)
+            ex_values.append(None if value is None else value[:_VALUE_MAX_CHARS])
+            ex_bytes.append(sizes[row])
+            stats.removed_docs[rule] += 1
+            stats.removed_bytes[rule] += sizes[row]
+        kept = batch.filter(pa.array(keep, pa.bool_()))
+        exclusions = pa.RecordBatch.from_arrays(
+            [
+                pa.array(ex_ids, pa.string()),
+                pa.array(ex_rules, pa.string()),
+                pa.array(ex_values, pa.string()),
+                pa.array(ex_bytes, pa.int64()),
+            ],
+            schema=EXCLUSIONS_SCHEMA,
+        )
+    else:
+        kept = batch
+        exclusions = empty_exclusions()
+    stats.docs_out += kept.num_rows
+    if new_texts is not None:
+        stats.bytes_out += sum(text_bytes(kept.column("text")))
+    else:  # text untouched: the kept bytes are the input bytes less the removed documents
+        stats.bytes_out += sum(sizes) - sum(sizes[row] for row, _, _ in drops)
+    if started is not None:
+        stats.seconds += time.perf_counter() - started
+    return StepResult(kept, exclusions, stats)
+
+
+def empty_exclusions() -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], f.type) for f in EXCLUSIONS_SCHEMA], schema=EXCLUSIONS_SCHEMA
+    )
+
+
+class DocumentStep(Step):
+    """A step written per document: subclasses implement :meth:`process`.
+
+    `modalities` / `languages` limit the documents it applies to (None: all); the others pass through
+    unchanged and are counted as `skipped`. With ``on_error='exclude'`` an exception inside
+    :meth:`process` removes that document under rule ``<step>.error`` with the exception as value,
+    instead of failing the whole batch: one odd document among millions must not stop a run, and the
+    funnel shows it.
+    """
+
+    def __init__(
+        self,
+        *,
+        modalities: Iterable[str] | None = None,
+        languages: Iterable[str] | None = None,
+        on_error: Literal["exclude", "raise"] = "exclude",
+    ):
+        self.modalities = frozenset(modalities) if modalities is not None else None
+        self.languages = frozenset(languages) if languages is not None else None
+        self.on_error = on_error
+
+    @abstractmethod
+    def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
+        """Decide about one document: return a Drop to remove it; rewrite doc.text / fill doc.out to keep."""
+
+    def applies(self, modality: str | None, lang: str | None) -> bool:
+        if self.modalities is not None and modality not in self.modalities:
+            return False
+        if self.languages is not None and lang not in self.languages:
+            return False
+        return True
+
+    def __call__(self, batch: pa.RecordBatch) -> StepResult:
+        started = time.perf_counter()
+        n = batch.num_rows
+        stats = StepStats(self.name)
+        text_col = batch.column("text")
+        sizes = text_bytes(text_col)
+        texts: list[str] = text_col.to_pylist()
+        ids: list[str] = batch.column("id").to_pylist()
+        names = batch.schema.names
+        modalities = batch.column("modality").to_pylist() if "modality" in names else [None] * n
+        langs = batch.column("lang").to_pylist() if "lang" in names else [None] * n
+        added: dict[str, list[Any]] = {f.name: [None] * n for f in self.added_fields}
+        drops: list[tuple[int, str, str | None]] = []
+        changed = False
+        counters = stats.counters
+        for i in range(n):
+            if not self.applies(modalities[i], langs[i]):
+                stats.skipped += 1
+                continue
+            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i])
+            try:
+                drop = self.process(doc, counters)
+            except Exception as err:  # noqa: BLE001 - reported per document, see class doc
+                if self.on_error == "raise":
+                    raise
+                drop = Drop(ERROR_RULE, f"{type(err).__name__}: {err}")
+            if drop is not None:
+                drops.append((i, self.rule(drop.rule), drop.value))
+                continue
+            for k, v in doc.out.items():
+                added[k][i] = v
+            if doc.text != texts[i]:
+                texts[i] = doc.text
+                stats.modified += 1
+                changed = True
+        return assemble_result(
+            self,
+            batch,
+            drops,
+            sizes,
+            new_texts=texts if changed else None,
+            added=added,
+            stats=stats,
+            started=started,
+        )

@@ -1,0 +1,112 @@
+"""Quality gates on cleaned_documents.
+
+`removal_rate_within_bounds` and `no_residual_pii` block: downstream dedup must never see a source a
+broken rule emptied, or text with personal data left in it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import dagster as dg
+import pyarrow.compute as pc
+
+from platform_assets.cleaning.pii import Redactor
+from platform_assets.cleaning.pipeline import Funnel
+from platform_assets.config import CleaningGates, PipelineConfig
+from platform_assets.parquet_parts import read_batches
+from platform_assets.storage import Storage
+
+ASSET = "cleaned_documents"
+
+CLEANING_CHECKS = [
+    dg.AssetCheckSpec("removal_rate_within_bounds", asset=ASSET, blocking=True,
+                      description="Each rule group removes at most its bound of the documents entering its "
+                                  "step, and cleaning as a whole at most `cleaning_gates.max_removal_rate`."),
+    dg.AssetCheckSpec("no_residual_pii", asset=ASSET, blocking=True,
+                      description="A second PII scan of the kept text finds nothing to redact."),
+    dg.AssetCheckSpec("language_mix_as_configured", asset=ASSET,
+                      description="Kept documents are in allowed languages, above the score threshold, and "
+                                  "each language's share is within `cleaning_gates.language_shares`."),
+]
+
+
+def rule_group_rates(funnel: Funnel) -> dict[str, tuple[int, int]]:
+    """{group: (removed, entering its step)}; a group is a rule's prefix (`c4` of `c4.curly_bracket`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for step in funnel.steps:
+        groups: Counter[str] = Counter()
+        for rule, n in step.removed_docs.items():
+            groups[rule.split(".")[0]] += n
+        for group, n in groups.items():
+            removed, entering = out.get(group, (0, 0))
+            out[group] = (removed + n, entering + step.docs_in)
+    return out
+
+
+def removal_violations(funnel: Funnel, gates: CleaningGates) -> list[str]:
+    problems = []
+    if funnel.removal_rate() > gates.max_removal_rate:
+        problems.append(f"all rules: {funnel.removal_rate():.1%} removed > {gates.max_removal_rate:.0%}")
+    for step in funnel.steps:
+        for rule, n in step.removed_docs.items():  # full-rule bounds
+            bound = gates.rule_bounds.get(rule)
+            if bound is not None and step.docs_in and n / step.docs_in > bound:
+                problems.append(f"{rule}: {n / step.docs_in:.1%} removed > {bound:.0%}")
+    for group, (removed, entering) in rule_group_rates(funnel).items():
+        bound = gates.rule_bounds.get(group, gates.max_rule_removal_rate)
+        if entering and removed / entering > bound:
+            problems.append(f"{group}: {removed / entering:.1%} removed > {bound:.0%}")
+    return problems
+
+
+def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str]:
+    if not cfg.cleaning.pii.enabled:
+        return Counter()
+    redactor = Redactor(cfg.cleaning.pii)
+    found: Counter[str] = Counter()
+    for batch in read_batches(storage, rel, ["text"]):
+        for text in batch.column("text").to_pylist():
+            redactor.redact(text, found)
+    return found
+
+
+def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[list[str], dict[str, int]]:
+    language = cfg.cleaning.language
+    shares: Counter[str] = Counter()
+    low = 0
+    for batch in read_batches(storage, rel, ["lang", "lang_score"]):
+        shares.update(v for v in batch.column("lang").to_pylist() if v is not None)
+        low += int(pc.sum(pc.less(batch.column("lang_score"), language.min_score)).as_py() or 0)
+    total = sum(shares.values())
+    problems = []
+    if low:
+        problems.append(f"{low} kept documents score below min_score {language.min_score}")
+    if language.allow is not None:
+        outside = {k: v for k, v in shares.items() if k not in language.allow}
+        if outside:
+            problems.append(f"languages outside the allow-list: {outside}")
+    for lang, (lo, hi) in cfg.cleaning_gates.language_shares.items():
+        share = shares.get(lang, 0) / total if total else 0.0
+        if not lo <= share <= hi:
+            problems.append(f"{lang}: {share:.1%} of kept documents, expected {lo:.0%}-{hi:.0%}")
+    return problems, dict(shares.most_common())
+
+
+def evaluate_cleaning_checks(storage: Storage, rel: str, funnel: Funnel,
+                             cfg: PipelineConfig) -> list[dg.AssetCheckResult]:
+    removal = removal_violations(funnel, cfg.cleaning_gates)
+    pii = residual_pii(storage, rel, cfg)
+    lang_problems, shares = language_problems(storage, rel, cfg) if cfg.cleaning.language.enabled else ([], {})
+    rates = {g: round(r / e, 4) for g, (r, e) in rule_group_rates(funnel).items() if e}
+    return [
+        dg.AssetCheckResult(check_name="removal_rate_within_bounds", passed=not removal,
+                            metadata={"violations": "\n".join(removal) or "none",
+                                      "removal_rate": round(funnel.removal_rate(), 4), **{f"rate.{g}": v for g, v in rates.items()}}),
+        dg.AssetCheckResult(check_name="no_residual_pii", passed=sum(pii.values()) == 0,
+                            metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}}),
+        dg.AssetCheckResult(check_name="language_mix_as_configured", passed=not lang_problems,
+                            severity=dg.AssetCheckSeverity.WARN,
+                            metadata={"problems": "\n".join(lang_problems) or "none",
+                                      "languages": ", ".join(f"{k}: {v}" for k, v in shares.items()) or "none"}),
+    ]

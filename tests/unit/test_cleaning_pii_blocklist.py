@@ -1,0 +1,203 @@
+"""PII redaction (typed placeholders, counts per type, bounded regex work) and the blocklist filter."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from platform_assets.cleaning.blocklist import Blocklist, BlocklistFilter, read_terms
+from platform_assets.cleaning.pii import PiiRedact, Redactor, is_card_number, luhn_valid, redact
+from platform_assets.cleaning.settings import BlocklistSettings, PiiSettings
+from platform_assets.schema import DOCUMENTS_SCHEMA
+
+
+def batch(texts) -> pa.RecordBatch:
+    n = len(texts)
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": [f"d{i}" for i in range(n)],
+            "source": ["s"] * n,
+            "text": texts,
+            "modality": ["text"] * n,
+            "uri": ["u"] * n,
+            "license": [None] * n,
+            "meta": [None] * n,
+            "ingested_at": [None] * n,
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Mail john.doe+news@example.co.uk today", "Mail <EMAIL> today"),
+        ("Write to Jürgen.Müller@firma.de.", "Write to <EMAIL>."),
+        ("Call +1 (415) 555-0132 now", "Call <PHONE> now"),
+        ("Call 415-555-0132 or 415.555.0132 or (415) 555-0132", "Call <PHONE> or <PHONE> or <PHONE>"),
+        ("London +44 20 7946 0958, Paris +33 1 23 45 67 89", "London <PHONE>, Paris <PHONE>"),
+        ("national 020 7946 0958 and 01 23 45 67 89", "national <PHONE> and <PHONE>"),
+        (
+            "Visa 4111 1111 1111 1111, MC 5555-5555-5555-4444, Amex 378282246310005",
+            "Visa <CREDIT_CARD>, MC <CREDIT_CARD>, Amex <CREDIT_CARD>",
+        ),
+        ("host 93.184.216.34 and 2606:2800:220:1:248:1893:25c8:1946", "host <IP_ADDRESS> and <IP_ADDRESS>"),
+        ("url http://93.184.216.34/index.html", "url http://<IP_ADDRESS>/index.html"),
+        ("key AKIAIOSFODNN7EXAMPLE here", "key <AWS_ACCESS_KEY> here"),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "aws_secret_access_key = <AWS_SECRET_KEY>",
+        ),
+        (
+            '{"SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}',
+            '{"SecretAccessKey": "<AWS_SECRET_KEY>"}',
+        ),
+        ("token ghp_" + "a1B2" * 9 + " ok", "token <GITHUB_TOKEN> ok"),
+        ("token github_pat_" + "11ABCDEFG0" * 5 + "_xyz", "token <GITHUB_TOKEN>"),
+        ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345", "Authorization: Bearer <BEARER_TOKEN>"),
+        (
+            "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U end",
+            "jwt <JWT> end",
+        ),
+        ("slack xoxb-123456789012-abcdefABCDEF", "slack <SLACK_TOKEN>"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4\nabc+/=\n-----END RSA PRIVATE KEY----- done",
+            "<PRIVATE_KEY> done",
+        ),
+    ],
+)
+def test_each_type_is_redacted_with_its_placeholder(text, expected):
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Dates 2024-01-15 and 01.02.2023, years 2019 2020 2021, ISBN 978-3-16-148410-0.",
+        "pid 123456789, 1,234,567 rows, 3.14159265358979 pi, version 2.6.32.1, v1.2.3.4",
+        "Section 36.2.1.1 explains it; see 11.7.3.2. Configuring PAM",
+        "private 192.168.0.1, loopback 127.0.0.1, docs 2001:db8::1, link-local fe80::1, ::1",
+        "card-like 4111 1111 1111 1112 fails Luhn; 0000 0000 0000 0000 is all zeros",
+        "commit f82a032f4174455555555555554444aff255b6c is a git hash",
+        "Boston, MA 02111-1307, USA",  # the GPL's ZIP+4 code
+        "ffff8801f44ec300: 00 00 00 00 00 00 00 00 03",  # a hex dump
+        "times 12:30:45, C++ std::vector, Perl Data::Dumper, bus #1::",
+        "the bearer of bad news; user at host; @mention",
+    ],
+)
+def test_look_alikes_are_not_redacted(text):
+    assert redact(text) == text
+
+
+def test_non_global_ips_can_be_redacted_too():
+    r = Redactor(PiiSettings(redact_non_global_ips=True))
+    assert r.redact("lan 192.168.0.1 and 10.20.30.40")[0] == "lan <IP_ADDRESS> and <IP_ADDRESS>"
+    # all octets below 32 read as a section or version number, not an address, in either mode
+    assert r.redact("see 10.1.2.3")[0] == "see 10.1.2.3"
+
+
+def test_luhn_and_card_checks():
+    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
+    assert is_card_number("4111-1111-1111-1111") and is_card_number("3782 822463 10005")
+    assert not is_card_number("9111 1111 1111 1115")  # no issuer starts with 9
+    assert not is_card_number("4111 11 1111 111111")  # not a card grouping
+
+
+def test_types_placeholder_and_counts_are_configurable():
+    r = Redactor(PiiSettings(types=("EMAIL",), placeholder="[{type}]"))
+    counters: Counter[str] = Counter()
+    text, n = r.redact("a@example.com b@example.org +1 415 555 0132", counters)
+    assert text == "[EMAIL] [EMAIL] +1 415 555 0132"
+    assert n == 2 and counters == {"EMAIL": 2}
+    with pytest.raises(ValueError):
+        PiiSettings(placeholder="<redacted>")  # the type must stay visible
+
+
+def test_pii_step_counts_per_type_and_adds_a_column():
+    r = PiiRedact()(batch(["mail a@example.com and b@example.com, call +44 20 7946 0958", "nothing here"]))
+    assert r.kept.column("text").to_pylist() == ["mail <EMAIL> and <EMAIL>, call <PHONE>", "nothing here"]
+    assert r.kept.column("pii_redactions").to_pylist() == [3, 0]
+    assert r.stats.counters == {"EMAIL": 2, "PHONE": 1, "docs_with_pii": 1}
+    assert r.exclusions.num_rows == 0 and r.stats.modified == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 2_000_000,
+        "1" * 2_000_000,
+        "1 " * 1_000_000,
+        "a@" * 1_000_000,
+        "1." * 1_000_000,
+        "a:" * 1_000_000,
+        "+1" * 1_000_000,
+        ("+" + "1" * 25 + " ") * 75_000,
+        ("a." * 30 + "@") * 30_000,
+        "Bearer " + "x" * 2_000_000,
+        "-----BEGIN RSA PRIVATE KEY-----" * 60_000,
+    ],
+    ids=[
+        "a",
+        "digits",
+        "digit-space",
+        "at",
+        "dots",
+        "colons",
+        "plus",
+        "long-intl",
+        "email-ish",
+        "bearer",
+        "begin",
+    ],
+)
+def test_redaction_is_linear_on_pathological_runs(text):
+    start = time.perf_counter()
+    Redactor().redact(text)
+    assert time.perf_counter() - start < 3.0  # each ~0.1-0.5 s; backtracking patterns take minutes
+
+
+# -- blocklist ----------------------------------------------------------------------------------------
+
+
+def test_the_shipped_list_loads_and_matches_whole_words_only():
+    terms = read_terms()
+    assert 10 <= len(terms) <= 100 and "porn" in terms and "xxx" not in terms
+    f = BlocklistFilter()
+    r = f(
+        batch(["Free PORN videos here!", "Pornographic material.", "A report on Sussex and Essex.", "Fine."])
+    )
+    assert r.kept.column("id").to_pylist() == ["d2", "d3"]
+    assert r.exclusions.column("rule").to_pylist() == ["blocklist.match", "blocklist.match"]
+    assert r.exclusions.column("value").to_pylist() == ["1 > 0: porn", "1 > 0: pornographic"]
+
+
+def test_custom_list_file_phrases_and_max_hits(tmp_path):
+    path = tmp_path / "words.txt"
+    path.write_text("# my list\nbadword\nhot singles  # a phrase\n色情\n", encoding="utf-8")
+    f = BlocklistFilter(BlocklistSettings(path=str(path), max_hits=1))
+    texts = [
+        "one badword only",
+        "badword and hot singles",
+        "Hot  Singles nearby",
+        "这是色情网站",
+        "hot and singles",
+    ]
+    r = f(batch(texts))
+    assert r.kept.column("id").to_pylist() == ["d0", "d2", "d3", "d4"]  # at most 1 distinct term allowed
+    assert r.exclusions.column("value").to_pylist() == ["2 > 1: badword, hot singles"]
+    b = Blocklist(read_terms(path))
+    assert b.matches("Hot  Singles nearby") == ["hot singles"]  # whitespace and case do not matter
+    assert b.matches("这是色情网站") == ["色情"]  # unspaced scripts: substring match
+    assert b.matches("hot and singles") == []
+
+
+def test_blocklist_cost_does_not_depend_on_list_size():
+    b = Blocklist([f"term{i}" for i in range(50_000)] + ["needle"])
+    text = "haystack words " * 100_000 + "needle"
+    start = time.perf_counter()
+    assert b.matches(text) == ["needle"]
+    assert time.perf_counter() - start < 2.0

@@ -1,0 +1,287 @@
+"""The composed stage: exclusion records, funnel counts, bad input, and the `cleaning:` settings."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pyarrow as pa
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from platform_assets.cleaning import EXCLUSIONS_SCHEMA, CleaningPipeline, CleaningSettings, build_pipeline
+from platform_assets.cleaning.guard import Guard
+from platform_assets.cleaning.pipeline import exclusion_counts
+from platform_assets.cleaning.quality_rules import QualityStep
+from platform_assets.cleaning.settings import GopherQualitySettings, LengthSettings
+from platform_assets.cleaning.steps import DocumentStep
+from platform_assets.schema import DOCUMENTS_SCHEMA
+
+PROSE = "\n".join(
+    [
+        "The committee met on Tuesday to discuss the new budget for the regional library network.",
+        "Members agreed that funding for rural branches should increase by twelve percent next year.",
+        "They noted that demand for digital lending has doubled since the service was launched.",
+        "The chair said that the vote was unanimous and that the plan will be published next month.",
+        "Residents will have six weeks to comment on the proposal before the final decision is taken.",
+        "Several speakers asked whether the mobile library would return to the villages in the north.",
+    ]
+)
+GERMAN = (
+    "Die Bibliothek öffnet um neun Uhr morgens und schließt donnerstags spät, wenn Freiwillige "
+    "Lesegruppen für Kinder anbieten. Der Ausschuss hat den Haushalt für das kommende Jahr beschlossen."
+)
+HTML = (
+    "<html><body><nav><a href='/'>Home</a> <a href='/news'>News</a></nav><article><h1>Budget</h1>"
+    + "".join(f"<p>{line}</p>" for line in PROSE.split("\n"))
+    + "</article><footer>Copyright 2024 Example Corp. All rights reserved.</footer></body></html>"
+)
+
+
+def batch(texts, modalities=None, prefix="d") -> pa.RecordBatch:
+    n = len(texts)
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": [f"{prefix}{i}" for i in range(n)],
+            "source": ["s"] * n,
+            "text": texts,
+            "modality": modalities or ["text"] * n,
+            "uri": [f"u{i}" for i in range(n)],
+            "license": ["cc-by"] * n,
+            "meta": ["{}"] * n,
+            "ingested_at": [None] * n,
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> CleaningPipeline:
+    return build_pipeline(CleaningSettings())
+
+
+def test_end_to_end_keeps_redacts_and_records_why_the_rest_went(pipeline):
+    pipeline.reset()
+    texts = [
+        PROSE + "\nWrite to jane.doe@example.com for details.",  # kept, e-mail redacted
+        HTML,  # html: boilerplate removed, then kept
+        GERMAN,  # kept: English rule sets do not apply to German
+        "",  # guard.empty
+        "x" * 5_000_000,  # guard.too_large
+        "Short.",  # low-confidence language or too few words
+        PROSE + "\nWatch free porn videos here every day.",  # blocklist
+        PROSE + "\nfunction f() { return 1; } is defined in the script.",  # c4.curly_bracket
+    ]
+    r = pipeline.process_batch(batch(texts, modalities=["text", "html"] + ["text"] * 6))
+    kept = {row["id"]: row for row in r.kept.to_pylist()}
+    assert set(kept) == {"d0", "d1", "d2"}
+    assert "<EMAIL>" in kept["d0"]["text"] and "jane.doe" not in kept["d0"]["text"]
+    assert kept["d0"]["pii_redactions"] == 1
+    # navigation and footer gone with the HTML; the one-word heading then went with C4's short lines
+    assert kept["d1"]["text"].startswith("The committee met") and "Home" not in kept["d1"]["text"]
+    assert "Copyright" not in kept["d1"]["text"]
+    assert (kept["d0"]["lang"], kept["d1"]["lang"], kept["d2"]["lang"]) == ("en", "en", "de")
+    assert kept["d2"]["text"] == GERMAN and kept["d2"]["license"] == "cc-by"  # other columns carried
+    excl = {row["id"]: row for row in r.exclusions.to_pylist()}
+    assert excl["d3"]["rule"] == "guard.empty"
+    assert excl["d4"] == {
+        "id": "d4",
+        "rule": "guard.too_large",
+        "value": "5000000 > 4194304",
+        "bytes": 5_000_000,
+    }
+    assert excl["d5"]["rule"] in {"language.low_confidence", "gopher_quality.too_few_words"}
+    assert excl["d6"]["rule"] == "blocklist.match" and excl["d6"]["value"] == "1 > 0: porn"
+    assert excl["d7"]["rule"] == "c4.curly_bracket"
+    assert r.exclusions.schema == EXCLUSIONS_SCHEMA
+    assert r.kept.schema == pipeline.output_schema(DOCUMENTS_SCHEMA)
+
+
+def test_funnel_counts_equal_the_exclusion_records_over_several_batches(pipeline):
+    pipeline.reset()
+    rng = random.Random(5)
+    pool = [PROSE, GERMAN, "", "tiny", "x" * 4_200_000, HTML, PROSE + " {", "\x00\x01" * 100, "😀" * 50]
+    exclusions, kept_rows, docs_in, bytes_in = [], 0, 0, 0
+    for b in range(3):
+        texts = [rng.choice(pool) for _ in range(20)]
+        mods = ["html" if t == HTML else "text" for t in texts]
+        r = pipeline.process_batch(batch(texts, mods, prefix=f"b{b}-"))
+        exclusions.append(r.exclusions)
+        kept_rows += r.kept.num_rows
+        docs_in += len(texts)
+        bytes_in += sum(len(t.encode()) for t in texts)
+    funnel = pipeline.funnel()
+    funnel.check()
+    table = pa.Table.from_batches(exclusions, schema=EXCLUSIONS_SCHEMA)
+    assert funnel.docs_in == docs_in and funnel.bytes_in == bytes_in
+    assert funnel.docs_out == kept_rows
+    assert funnel.docs_removed == table.num_rows == docs_in - kept_rows
+    assert exclusion_counts(table) == funnel.removed_by_rule()
+    assert funnel.bytes_in == funnel.bytes_out + funnel.bytes_removed + funnel.bytes_rewritten
+    d = funnel.to_dict()
+    assert [s["step"] for s in d["steps"]] == [
+        "guard",
+        "html",
+        "normalize",
+        "language",
+        "quality",
+        "blocklist",
+        "pii",
+    ]
+    assert d["removal_rate"] == pytest.approx(table.num_rows / docs_in, abs=1e-6)
+    md = funnel.to_markdown()
+    assert md.splitlines()[2] == f"| **in** | {docs_in} | {bytes_in} |"
+    assert "guard.too_large" in md
+    meta = funnel.to_metadata()
+    assert meta["docs_in"] == docs_in and sum(meta["removed_by_rule"].values()) == table.num_rows
+
+
+def test_process_table_streams_batches_and_returns_tables(pipeline):
+    pipeline.reset()
+    table = pa.Table.from_batches([batch([PROSE, "", GERMAN] * 5)])
+    kept, excl = pipeline.process_table(table, batch_rows=4)
+    assert kept.num_rows == 10 and excl.num_rows == 5
+    assert kept.schema == pipeline.output_schema(table.schema) and excl.schema == EXCLUSIONS_SCHEMA
+    assert pipeline.funnel().docs_in == 15
+
+
+def test_bad_input_never_crashes_or_stalls(pipeline):
+    pipeline.reset()
+    rng = random.Random(11)
+    junk = bytes(rng.getrandbits(8) for _ in range(20_000))
+    texts = [
+        junk.decode("utf-8", "replace"),
+        junk.decode("latin-1"),
+        "a" * 1_000_000,
+        "1 " * 500_000,
+        "a@" * 500_000,
+        "." * 1_000_000,
+        "\n" * 1_000_000,
+        "e" + "\u0301" * 200_000,  # one letter, 200k combining accents ("zalgo")
+        "\ue000" * 10_000,  # private use area
+        "བོད་ཡིག་ནི་བོད་ཀྱི་ཡི་གེ་ཡིན། " * 100,  # Tibetan
+        "𒀀𒀁𒀂 " * 1000,  # cuneiform
+        "<div>" * 50_000,
+        "",
+        " ",
+    ]
+    mods = ["text"] * 11 + ["html", "text", "text"]
+    start = time.perf_counter()
+    r = pipeline.process_batch(batch(texts, mods))
+    assert time.perf_counter() - start < 20.0
+    funnel = pipeline.funnel()
+    funnel.check()
+    assert funnel.docs_in == len(texts)
+    assert not any(rule.endswith(".error") for rule in funnel.removed_by_rule())  # reasons, not exceptions
+    excl = {row["id"]: row["rule"] for row in r.exclusions.to_pylist()}
+    assert excl["d0"] == excl["d1"] == "guard.binary"
+    assert excl["d11"] == "html.too_deep"
+    assert excl["d12"] == excl["d13"] == "guard.empty"
+
+
+def test_a_crashing_document_is_excluded_with_its_error():
+    class Boom(DocumentStep):
+        name = "boom"
+
+        def process(self, doc, counters):
+            if doc.text == "boom":
+                raise ValueError("bad document")
+            return None
+
+    p = CleaningPipeline([Guard(), Boom()])
+    r = p.process_batch(batch(["fine", "boom"]))
+    assert r.exclusions.to_pylist() == [
+        {"id": "d1", "rule": "boom.error", "value": "ValueError: bad document", "bytes": 4}
+    ]
+    assert r.kept.column("id").to_pylist() == ["d0"]
+    with pytest.raises(ValueError):
+        CleaningPipeline([Guard(), Boom(on_error="raise")]).process_batch(batch(["boom"]))
+
+
+def test_steps_compose_freely_and_names_must_be_unique():
+    p = CleaningPipeline([Guard(), QualityStep([LengthSettings(min_chars=10, min_words=None)])])
+    r = p.process_batch(batch(["", "short", "long enough text"]))
+    assert r.kept.column("id").to_pylist() == ["d2"]
+    assert r.exclusions.column("rule").to_pylist() == ["guard.empty", "length.too_few_chars"]
+    with pytest.raises(ValueError):
+        CleaningPipeline([Guard(), Guard()])
+
+
+# -- settings ------------------------------------------------------------------------------------------
+
+YAML = """
+guard: {max_bytes: 1000000}
+normalize: {unicode_form: NFKC}
+language: {allow: [en, de], min_score: 0.6}
+quality:
+  - preset: gopher_repetition
+  - preset: gopher_quality
+    min_doc_words: 30
+    languages: [en, de]
+  - preset: c4
+    filter_no_terminal_punct: false
+  - preset: length
+    min_chars: 100
+blocklist: {max_hits: 2}
+pii: {types: [EMAIL, PHONE], placeholder: "[{type}]"}
+"""
+
+
+def test_settings_parse_from_yaml_and_build_the_configured_steps():
+    s = CleaningSettings.model_validate(yaml.safe_load(YAML))
+    assert s.guard.max_bytes == 1_000_000 and s.normalize.unicode_form == "NFKC"
+    assert s.language.allow == ("en", "de")
+    assert [q.preset for q in s.quality] == ["gopher_repetition", "gopher_quality", "c4", "length"]
+    assert isinstance(s.quality[1], GopherQualitySettings) and s.quality[1].min_doc_words == 30
+    assert s.quality[1].max_doc_words == 100_000  # the rest stay published
+    p = build_pipeline(s)
+    assert [st.name for st in p.steps] == [
+        "guard",
+        "html",
+        "normalize",
+        "language",
+        "quality",
+        "blocklist",
+        "pii",
+    ]
+    r = p.process_batch(batch(["mail a@example.com or call +44 20 7946 0958. " + PROSE]))
+    assert r.kept.column("text").to_pylist()[0].startswith("mail [EMAIL] or call [PHONE].")
+
+
+def test_settings_are_strict_and_explain_mistakes():
+    with pytest.raises(ValidationError, match="extra"):
+        CleaningSettings.model_validate({"guard": {"max_byte": 10}})
+    with pytest.raises(ValidationError):
+        CleaningSettings.model_validate({"quality": [{"preset": "gopher"}]})
+    with pytest.raises(ValidationError):
+        CleaningSettings.model_validate({"pii": {"types": ["SSN"]}})
+    with pytest.raises(ValidationError, match="filter by language"):
+        CleaningSettings.model_validate({"language": {"enabled": False}})  # English presets need `lang`
+    s = CleaningSettings.model_validate(
+        {"language": {"enabled": False}, "quality": [{"preset": "gopher_quality", "languages": None}]}
+    )
+    assert [st.name for st in build_pipeline(s).steps] == [
+        "guard",
+        "html",
+        "normalize",
+        "quality",
+        "blocklist",
+        "pii",
+    ]
+
+
+def test_steps_can_be_switched_off():
+    s = CleaningSettings.model_validate(
+        {
+            "html": {"enabled": False},
+            "language": {"enabled": False},
+            "quality": [],
+            "blocklist": {"enabled": False},
+            "pii": {"enabled": False},
+            "normalize": {"enabled": False},
+        }
+    )
+    p = build_pipeline(s)
+    assert [st.name for st in p.steps] == ["guard"]
+    assert p.output_schema(DOCUMENTS_SCHEMA) == DOCUMENTS_SCHEMA

@@ -1,0 +1,468 @@
+"""Quality rule sets: every rule on a document that passes and one that fails, the published thresholds,
+and the repetition arithmetic against a direct port of datatrove's."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from platform_assets.cleaning import presets
+from platform_assets.cleaning.quality_rules import (
+    C4,
+    CodeRatio,
+    Custom,
+    FineWeb,
+    GopherQuality,
+    GopherRepetition,
+    Length,
+    QualityStep,
+    SymbolRatio,
+    TextView,
+    _ngram_hashes,
+    _repeated_ngram_chars,
+    count_sentences,
+    split_words,
+)
+from platform_assets.cleaning.settings import (
+    C4Settings,
+    CleaningSettings,
+    CodeRatioSettings,
+    CustomSettings,
+    FineWebSettings,
+    GopherQualitySettings,
+    GopherRepetitionSettings,
+    LengthSettings,
+    preset,
+)
+from platform_assets.schema import DOCUMENTS_SCHEMA
+
+SENTENCES = [
+    "The committee met on Tuesday to discuss the new budget for the regional library network.",
+    "Members agreed that funding for rural branches should increase by twelve percent next year.",
+    "They noted that demand for digital lending has doubled since the service was launched.",
+    "The chair said that the vote was unanimous and that the plan will be published next month.",
+    "Residents will have six weeks to comment on the proposal before the final decision is taken.",
+    "Several speakers asked whether the mobile library would return to the villages in the north.",
+    "The treasurer explained that a new van would cost less to run than repairing the old one.",
+    "A local author offered to donate signed copies of her novels to every branch in the county.",
+    "Staff will receive training on the new catalogue system during the quiet summer months.",
+    "The meeting closed with thanks to the volunteers who run the reading groups for children.",
+]
+GOOD = "\n".join(SENTENCES[:5]) + "\n\n" + "\n".join(SENTENCES[5:])
+
+
+def check(rule_set, text: str):
+    return rule_set.check(TextView(text), Counter())
+
+
+def rule_of(outcome) -> str | None:
+    return outcome.rule if outcome is not None and not isinstance(outcome, str) else None
+
+
+# -- the presets reproduce the published numbers ------------------------------------------------------
+
+
+def test_gopher_quality_preset_is_the_papers():
+    s = GopherQualitySettings()
+    assert (s.min_doc_words, s.max_doc_words) == (50, 100_000)
+    assert (s.min_avg_word_length, s.max_avg_word_length) == (3, 10)
+    assert s.max_symbol_word_ratio == 0.1
+    assert (s.max_bullet_lines_ratio, s.max_ellipsis_lines_ratio) == (0.9, 0.3)
+    assert s.min_alpha_words_ratio == 0.8
+    assert s.min_stop_words == 2
+    assert s.stop_words == ("the", "be", "to", "of", "and", "that", "have", "with")
+
+
+def test_gopher_repetition_preset_is_table_a1():
+    s = GopherRepetitionSettings()
+    assert (s.dup_line_frac, s.dup_para_frac, s.dup_line_char_frac, s.dup_para_char_frac) == (
+        0.3,
+        0.3,
+        0.2,
+        0.2,
+    )
+    assert s.top_n_grams == {2: 0.20, 3: 0.18, 4: 0.16}
+    assert s.dup_n_grams == {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+
+
+def test_c4_and_fineweb_presets_are_the_published_ones():
+    c4 = C4Settings()
+    assert (c4.min_num_sentences, c4.min_words_per_line, c4.max_word_length) == (5, 3, 1000)
+    assert c4.filter_no_terminal_punct and c4.filter_lorem_ipsum and c4.filter_javascript
+    assert c4.filter_curly_bracket and c4.filter_policy and c4.remove_citations
+    fw = FineWebSettings()
+    assert (fw.line_punct_thr, fw.short_line_thr, fw.short_line_length) == (0.12, 0.67, 30)
+    assert (fw.char_duplicates_ratio, fw.new_line_ratio, fw.line_punct_exclude_zero) == (0.01, 0.3, False)
+    assert presets.FINEWEB_LANGUAGE_THRESHOLD == 0.65
+    assert (
+        len(presets.TERMINAL_PUNCTUATION) == 159
+        and {".", "!", "?", "。", "।", "؟"} <= presets.TERMINAL_PUNCTUATION
+    )
+
+
+def test_default_quality_list_is_the_fineweb_recipe_for_english():
+    q = CleaningSettings().quality
+    assert [p.preset for p in q] == ["gopher_repetition", "gopher_quality", "c4", "fineweb"]
+    assert q[2].filter_no_terminal_punct is False  # FineWeb turned C4's punctuation line filter off
+    assert all(p.languages == ("en",) for p in q)
+
+
+def test_every_threshold_is_configurable_and_validated():
+    assert preset("gopher_quality", min_doc_words=10).min_doc_words == 10
+    assert preset("gopher_quality", min_stop_words=None).min_stop_words is None
+    with pytest.raises(ValueError):
+        preset("gopher_quality", min_alpha_words_ratio=1.5)
+    with pytest.raises(ValueError):
+        preset("fineweb", no_such_threshold=1)
+    with pytest.raises(ValueError):
+        preset("no_such_preset")
+
+
+# -- tokenisation ------------------------------------------------------------------------------------
+
+
+def test_words_split_punctuation_off_and_keep_combining_marks():
+    assert split_words("Hello, world... e.g. don't 3.14 #tag ===== (see).") == [
+        "Hello",
+        ",",
+        "world",
+        "...",
+        "e.g",
+        ".",
+        "don't",
+        "3.14",
+        "#",
+        "tag",
+        "=====",
+        "(",
+        "see",
+        ").",
+    ]
+    assert split_words("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]  # virama and vowel signs stay in the word
+    view = TextView("One, two... three!")
+    assert view.words == ["One", "two", "three"] and len(view.tokens) == 6
+
+
+def test_sentences_are_counted_per_line():
+    assert count_sentences("One. Two! Three? Four") == 4
+    assert count_sentences("No boundary e.g.here") == 1
+    assert count_sentences("   ") == 0
+    start = time.perf_counter()
+    count_sentences("." * 1_000_000)  # a run of dots is one boundary candidate, not a million
+    assert time.perf_counter() - start < 1.0
+
+
+# -- Gopher quality -----------------------------------------------------------------------------------
+
+
+def test_gopher_quality_passes_prose():
+    assert check(GopherQuality(), GOOD) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "value"),
+    [
+        ("Just a few words here, nothing more.", "too_few_words", "7 < 50"),
+        (" ".join(["to be or not to be is a it"] * 10), "mean_word_length_low", "2 < 3"),
+        (
+            " ".join(["internationalization characterization telecommunications the"] * 15),
+            "mean_word_length_high",
+            "14.25 > 10",
+        ),  # (20 + 16 + 18 + 3) / 4
+        (GOOD + " #x" * 20, "hash_word_ratio", "0.1149 > 0.1"),  # 20 hashes / (154 + 20) words
+        (GOOD + " ..." * 20, "ellipsis_word_ratio", "0.1299 > 0.1"),  # 20 ellipses / 154 words
+        ("\n".join("- " + s for s in SENTENCES), "bullet_lines_ratio", "1 > 0.9"),
+        (
+            "\n".join(s[:-1] + "..." for s in SENTENCES[:4]) + "\n" + "\n".join(SENTENCES[4:]),
+            "ellipsis_lines_ratio",
+            "0.4 > 0.3",
+        ),
+        (GOOD + " " + " ".join(str(i) for i in range(40)), "alpha_words_ratio", "0.7938 < 0.8"),  # 154 / 194
+        (
+            "Die Bibliothek öffnet morgens und schließt abends, wenn Freiwillige Lesegruppen anbieten. " * 6,
+            "stop_words",
+            "0 < 2",
+        ),
+    ],
+)
+def test_gopher_quality_rules(text, rule, value):
+    outcome = check(GopherQuality(), text)
+    assert outcome.rule == f"gopher_quality.{rule}"
+    assert outcome.value == value
+
+
+def test_gopher_quality_too_many_words_at_the_papers_limit():
+    words = ["the", "cat", "and", "dog", "with", "that"] * 16_667  # 100,002 words
+    assert check(GopherQuality(), " ".join(words)).rule == "gopher_quality.too_many_words"
+    assert check(GopherQuality(), " ".join(words[:100_000])) is None
+
+
+def test_gopher_quality_checks_can_be_turned_off():
+    s = GopherQualitySettings(min_doc_words=None, min_stop_words=None)
+    assert check(GopherQuality(s), "Short but fine words here.") is None
+
+
+# -- Gopher repetition --------------------------------------------------------------------------------
+
+
+def test_gopher_repetition_passes_prose():
+    assert check(GopherRepetition(), GOOD) is None
+
+
+def test_gopher_repetition_rules():
+    rep = GopherRepetition()
+    a, b, c = SENTENCES[0], SENTENCES[1], SENTENCES[2]
+    assert check(rep, f"{a}\n\n{a}\n\n{b}").rule == "gopher_repetition.dup_para_frac"  # 1 of 3 > 0.3
+    long_para = " ".join(SENTENCES[:4])
+    text = f"{long_para}\n\n{c}\n\n{long_para}\n\n{b}"  # 1 of 4 paragraphs, 40% of the characters
+    out = check(rep, text)
+    assert (out.rule, out.value) == (
+        "gopher_repetition.dup_para_char_frac",
+        f"{len(long_para) / len(text):.4g} > 0.2",
+    )
+    lines = SENTENCES[:6] + SENTENCES[:3]
+    assert check(rep, "\n".join(lines)).rule == "gopher_repetition.dup_line_frac"  # 3 of 9
+    lines = SENTENCES[:7] + SENTENCES[:3]  # 3 of 10 lines (not > 0.3) holding 30% of the characters
+    out = check(rep, "\n".join(lines))
+    dup_chars = sum(map(len, SENTENCES[:3]))
+    assert (out.rule, out.value) == (
+        "gopher_repetition.dup_line_char_frac",
+        f"{dup_chars / len(chr(10).join(lines)):.4g} > 0.2",
+    )
+    text = " ".join(f"w{i} of course" for i in range(40))
+    out = check(rep, text)
+    assert out.rule == "gopher_repetition.top_2_gram_char_frac"
+    assert out.value == f"{(9 * 40) / len(text):.4g} > 0.2"
+    filler = " ".join(f"filler{i}" for i in range(30))
+    sentence = "the quick brown fox jumps over the lazy dog near the river bank"
+    out = check(rep, f"{sentence} {filler} {sentence} {sentence}")
+    assert out.rule == "gopher_repetition.dup_5_gram_char_frac"
+
+
+def test_a_unique_top_ngram_is_not_repetition():
+    # datatrove would report top_2_gram for any 3-word text; one occurrence is not a repeat
+    assert check(GopherRepetition(), "three short words") is None
+
+
+def _datatrove_find_all_duplicate(words: list[str], n: int) -> int:
+    """Direct port of datatrove.pipeline.filters.gopher_repetition_filter.find_all_duplicate."""
+    unique, repeated, idx = set(), 0, 0
+    while idx < len(words) - n + 1:
+        gram = "".join(words[idx : idx + n])
+        if gram in unique:
+            repeated += len(gram)
+            idx += n
+        else:
+            unique.add(gram)
+            idx += 1
+    return repeated
+
+
+def test_duplicate_ngram_walk_equals_datatrove_on_random_texts():
+    rng = random.Random(3)
+    for _ in range(1500):
+        vocab = ["a", "bb", "ccc", "dddd", "eeeee"][: rng.randint(1, 5)]
+        words = [rng.choice(vocab) for _ in range(rng.randint(1, 50))]
+        n = rng.randint(1, 7)
+        if len(words) < n:
+            continue
+        hashes = np.fromiter(map(hash, words), dtype=np.int64).view(np.uint64)
+        cum = np.concatenate(([0], np.cumsum([len(w) for w in words])))
+        got = _repeated_ngram_chars(_ngram_hashes(hashes, n), cum[n:] - cum[:-n], n, float("inf"))
+        assert (got or 0) == _datatrove_find_all_duplicate(words, n), (words, n)
+
+
+# -- C4 ---------------------------------------------------------------------------------------------
+
+
+def test_c4_keeps_sentences_and_rewrites_lines():
+    text = "\n".join(
+        [
+            "Navigation Home About",  # no terminal punctuation
+            SENTENCES[0] + "[1]",  # citation removed, then kept
+            "Too short.",  # < 3 words
+            "Enable JavaScript to view this page properly.",
+            "This site uses cookies to improve your experience.",
+            "x" * 1001 + " is a very long word.",
+            *SENTENCES[1:5],
+        ]
+    )
+    counters: Counter[str] = Counter()
+    out = C4().check(TextView(text), counters)
+    assert out == "\n".join(SENTENCES[:5])
+    assert counters == {
+        "c4.lines_removed.no_terminal_punct": 1,
+        "c4.lines_removed.too_few_words": 1,
+        "c4.lines_removed.javascript": 1,
+        "c4.lines_removed.policy": 1,
+        "c4.lines_removed.too_long_word": 1,
+    }
+
+
+def test_c4_page_rules():
+    assert check(C4(), GOOD.replace("\n\n", "\n")) is None  # nothing to remove: kept as is
+    out = check(C4(), GOOD + "\nLorem ipsum dolor sit amet, consectetur adipiscing.")
+    assert out.rule == "c4.lorem_ipsum"
+    out = check(C4(), GOOD + "\nUse a function like f(x) { return x; } here.")
+    assert out.rule == "c4.curly_bracket"
+    out = check(C4(), "\n".join(SENTENCES[:4]))
+    assert (out.rule, out.value) == ("c4.too_few_sentences", "4 < 5")
+
+
+def test_c4_without_the_punctuation_filter_keeps_unpunctuated_lines():
+    text = "A heading with words\n" + "\n".join(SENTENCES[:5])
+    assert check(C4(C4Settings(filter_no_terminal_punct=False)), text) is None
+    assert check(C4(), text) == "\n".join(SENTENCES[:5])
+
+
+# -- FineWeb ------------------------------------------------------------------------------------------
+
+
+def test_fineweb_passes_prose():
+    assert check(FineWeb(), GOOD) is None
+
+
+def test_fineweb_rules():
+    fw = FineWeb()
+    lines = [f"Menu entry number {i} of the site" for i in range(10)]
+    out = check(fw, "\n".join(lines))
+    assert (out.rule, out.value) == ("fineweb.line_punct_ratio", "0 < 0.12")
+    assert check(FineWeb(FineWebSettings(line_punct_exclude_zero=True)), "\n".join(lines)) is None
+    short = [f"Item {i} is in stock." for i in range(10)] + SENTENCES[:3]
+    out = check(fw, "\n".join(short))
+    assert (out.rule, out.value) == ("fineweb.short_line_ratio", "0.7692 > 0.67")
+    out = check(fw, GOOD + "\n" + SENTENCES[0])
+    assert out.rule == "fineweb.char_dup_ratio"
+    listy = [f"Supercalifragilisticexpialidocious{i} extraordinarily." for i in range(20)]
+    out = check(fw, "\n".join(listy))  # 19 newlines / 60 tokens ("word", "word", ".")
+    assert (out.rule, out.value) == ("fineweb.list_ratio", "0.3167 > 0.3")
+
+
+def test_fineweb_counts_punctuation_of_any_script():
+    lines = [
+        f"这是第{i}行的内容，它以中文句号结束，并且这一行足够长，长到可以通过短行比例的检查。"
+        for i in range(6)
+    ]
+    assert check(FineWeb(FineWebSettings(new_line_ratio=None)), "\n".join(lines)) is None
+
+
+# -- our own rule sets -------------------------------------------------------------------------------
+
+
+def test_length_bounds():
+    assert check(Length(), GOOD) is None
+    assert check(Length(), "Too short.").rule == "length.too_few_chars"
+    out = check(Length(), "Pneumonoultramicroscopicsilicovolcanoconiosis and floccinaucinihilipilification.")
+    assert (out.rule, out.value) == ("length.too_few_words", "3 < 10")
+    s = LengthSettings(min_chars=None, min_words=None, max_chars=100, min_lines=2, max_lines=3)
+    assert check(Length(s), "x" * 101).rule == "length.too_many_chars"
+    assert check(Length(s), "one line").rule == "length.too_few_lines"
+    assert check(Length(s), "a\nb\nc\nd").rule == "length.too_many_lines"
+
+
+def test_symbol_word_ratio():
+    assert check(SymbolRatio(), GOOD) is None
+    out = check(SymbolRatio(), "#### Title ### with ## many # hashes and words")
+    assert out.rule == "symbol_ratio.symbol_word_ratio"
+
+
+def test_code_ratio():
+    code = "int main(void) {\n    int x = 1;\n    return x;\n}\n"
+    assert check(CodeRatio(), GOOD + "\nSee the example: f(x) returns 1.") is None
+    assert check(CodeRatio(), code * 3).rule == "code_ratio.code_line_ratio"
+    assert (
+        check(CodeRatio(), "import os\nfrom x import y\ndef f():\n  pass\n").rule
+        == "code_ratio.code_line_ratio"
+    )
+    assert check(CodeRatio(CodeRatioSettings(min_lines=10)), code) is None  # too few lines to judge
+    assert check(CodeRatio(), "Example::\n\n  some literal\nMore prose here.") is None  # reST is not code
+
+
+def test_custom_rules():
+    assert check(Custom(), GOOD) is None
+    out = check(Custom(), "BUY NOW CHEAP WATCHES FREE SHIPPING TODAY ONLY ORDER YOUR WATCH NOW " * 2)
+    assert out.rule == "custom.uppercase_ratio"
+    assert check(Custom(), "NASA and ESA") is None  # too few letters to call it shouting
+    assert check(Custom(), "0x1f 0x2e 0x3d 1234 5678 9012 3456 7890 value").rule == "custom.digit_ratio"
+    links = " ".join(f"https://example.com/{i}" for i in range(10)) + " visit these"
+    assert check(Custom(), links).rule == "custom.url_word_ratio"
+    assert check(Custom(), "text with \ufffd\ufffd replacement").rule == "custom.replacement_char_ratio"
+    assert check(Custom(CustomSettings(max_uppercase_ratio=None)), "ALL CAPS " * 20) is None
+
+
+# -- the quality step --------------------------------------------------------------------------------
+
+
+def batch(texts, langs, modalities=None) -> pa.RecordBatch:
+    n = len(texts)
+    b = pa.RecordBatch.from_pydict(
+        {
+            "id": [f"d{i}" for i in range(n)],
+            "source": ["s"] * n,
+            "text": texts,
+            "modality": modalities or ["text"] * n,
+            "uri": ["u"] * n,
+            "license": [None] * n,
+            "meta": [None] * n,
+            "ingested_at": [None] * n,
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+    return b.append_column("lang", pa.array(langs, pa.string()))
+
+
+def test_quality_step_runs_the_recipe_in_order_and_gates_by_language():
+    step = QualityStep(CleaningSettings().quality)
+    german_short = "Kurzer Text."
+    texts = [GOOD, "Just a few words.", german_short, GOOD + "\nCode { here } too, sadly."]
+    r = step(batch(texts, ["en", "en", "de", "en"]))
+    assert r.kept.column("id").to_pylist() == ["d0", "d2"]
+    assert r.kept.column("text").to_pylist()[0] == GOOD.replace("\n\n", "\n")  # C4 dropped the blank line
+    assert r.kept.column("text").to_pylist()[1] == german_short  # English presets skip German documents
+    assert r.stats.skipped == 1
+    rules = dict(
+        zip(r.exclusions.column("id").to_pylist(), r.exclusions.column("rule").to_pylist(), strict=True)
+    )
+    assert rules == {"d1": "gopher_quality.too_few_words", "d3": "c4.curly_bracket"}
+    assert r.stats.counters["c4.docs_rewritten"] == 1
+
+
+def test_quality_step_reports_the_first_failing_rule_set():
+    step = QualityStep([GopherQualitySettings(languages=None), FineWebSettings(languages=None)])
+    menu = "\n".join(f"Menu entry number {i} of the site" for i in range(10))  # 70 words: Gopher passes it
+    r = step(batch(["Few words only.", menu], [None, None]))
+    assert r.exclusions.column("rule").to_pylist() == [
+        "gopher_quality.too_few_words",
+        "fineweb.line_punct_ratio",
+    ]
+
+
+def test_a_rewrite_that_leaves_nothing_is_a_removal():
+    step = QualityStep([C4Settings(languages=None, min_num_sentences=None)])
+    r = step(batch(["no punctuation anywhere\nnone here either"], [None]))
+    assert r.exclusions.column("rule").to_pylist() == ["c4.empty_after_rewrite"]
+
+
+def test_quality_is_bounded_on_pathological_documents():
+    step = QualityStep([p.model_copy(update={"languages": None}) for p in CleaningSettings().quality])
+    rng = random.Random(1)
+    junk = "".join(rng.choices("ab .\n{}#", k=1_000_000))
+    docs = [
+        "a" * 1_000_000,
+        "1 " * 500_000,
+        "a@" * 500_000,
+        "." * 1_000_000,
+        "\n" * 1_000_000 + "x",
+        "word " * 200_000,
+        junk,
+    ]
+    start = time.perf_counter()
+    r = step(batch(docs, [None] * len(docs)))
+    assert time.perf_counter() - start < 15.0
+    assert r.stats.docs_in == len(docs) and r.stats.docs_removed == len(docs)
+    assert "quality.error" not in r.stats.removed_docs
