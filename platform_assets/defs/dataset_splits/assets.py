@@ -15,6 +15,9 @@ from platform_assets.storage import manifest_version
     check_specs=SPLIT_CHECKS,
     group_name="dedup",
     kinds={"parquet"},
+    # Runs once every upstream partition exists and none is in progress, after any of them changed:
+    # the daily refresh or the file sensor re-ingests sources, then this follows by itself.
+    automation_condition=dg.AutomationCondition.eager(),
     code_version="1",
     description=(
         "Deduplicated documents with a `split` column: a seeded hash of the id decides, so adding "

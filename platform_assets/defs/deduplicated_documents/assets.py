@@ -32,6 +32,9 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
     check_specs=DEDUP_CHECKS,
     group_name="dedup",
     kinds={"parquet"},
+    # Runs once every upstream partition exists and none is in progress, after any of them changed:
+    # the daily refresh or the file sensor re-ingests sources, then this follows by itself.
+    automation_condition=dg.AutomationCondition.eager(),
     code_version="1",
     description=(
         "All sources' cleaned documents with exact duplicates (normalised-text hash) and near "
