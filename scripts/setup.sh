@@ -4,7 +4,8 @@
 #   .venv-dvc  DVC as a separate tool: its hydra-core pins antlr4 4.9, which breaks Dagster's
 #              asset selection (needs 4.13), so the project calls the `dvc` CLI from here.
 # Set PYTHON to choose the interpreter (3.11+). PLATFORM_SYSTEM_DEPS=1 also installs the Debian
-# packages some tests use (docker-compose to validate the compose file, chromium for UI tests);
+# packages some tests use (docker-compose to validate the compose file, chromium for UI tests,
+# redis-server for the shared LSH index);
 # without them those tests skip with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ if [ "${PLATFORM_SYSTEM_DEPS:-0}" = 1 ] && command -v apt-get >/dev/null; then
   missing=()
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v redis-server >/dev/null || missing+=(redis-server)
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi

@@ -30,15 +30,28 @@ def _column(batch: pa.RecordBatch | pa.Table, path: str) -> pa.Array | pa.Chunke
     return col
 
 
+_MICROS = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+
+
+def _epoch_microseconds(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Timestamps (any unit) and dates as float64 microseconds since the epoch, without a lossy cast
+    (a safe cast of ms to s fails on sub-second values; float64 is exact to the microsecond until
+    the year 2255)."""
+    if pa.types.is_timestamp(col.type):
+        return pc.multiply(col.cast(pa.int64()).cast(pa.float64(), safe=False), _MICROS[col.type.unit])
+    if pa.types.is_date32(col.type):
+        return pc.multiply(col.cast(pa.int32()).cast(pa.float64()), 86_400e6)
+    if pa.types.is_date64(col.type):
+        return pc.multiply(col.cast(pa.int64()).cast(pa.float64(), safe=False), 1e3)
+    return col.cast(pa.float64())
+
+
 def priority_values(
     batch: pa.RecordBatch | pa.Table, policy: KeepPolicy, quality_column: str = "quality"
 ) -> pa.Array:
     """The per-document value the policy ranks by (computed batch by batch: no text is kept)."""
     if policy == "oldest":
-        col = _column(batch, "ingested_at")
-        if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
-            col = col.cast(pa.timestamp("s", tz="UTC")).cast(pa.int64())
-        values = col.cast(pa.float64())
+        values = _epoch_microseconds(_column(batch, "ingested_at"))
     elif policy == "longest":
         values = pc.utf8_length(_column(batch, "text")).cast(pa.float64())
     elif policy == "highest_quality":

@@ -134,3 +134,20 @@ def test_redis_storage_config_reaches_datasketch(monkeypatch):
         "basename": b"corpus-v1",
     }
     assert seen["params"] == expected_shape
+
+
+def test_oldest_policy_ranks_sub_second_timestamps_of_any_unit():
+    import pyarrow as pa
+
+    from platform_assets.dedup.keep_policy import priority_values
+
+    for unit in ("s", "ms", "us", "ns"):
+        ts = pa.array([1_700_000_000_500, 1_700_000_000_001], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+        batch = pa.table({"ingested_at": ts.cast(pa.timestamp(unit, tz="UTC"), safe=False)})
+        values = priority_values(batch, "oldest").to_pylist()
+        if unit == "s":
+            assert values[0] == values[1]  # the unit itself drops the milliseconds
+        else:
+            assert values[1] < values[0]  # 1 ms after the second beats 500 ms after it
+    dates = pa.table({"ingested_at": pa.array([19_000, 18_000], pa.date32())})
+    assert priority_values(dates, "oldest").to_pylist() == [19_000 * 86_400e6, 18_000 * 86_400e6]
