@@ -25,8 +25,7 @@ def _essay(rng: random.Random, n: int = 300) -> str:
 
 
 def _write_docs(root, source: str, texts: list[str], ts: int = 1_700_000_000) -> list[str]:
-    d = root / "cleaned_documents" / source
-    d.mkdir(parents=True, exist_ok=True)
+    """A committed cleaned_documents partition (parts + manifest), as the cleaning stage leaves it."""
     uris = [f"{source}.jsonl#line={i + 1}" for i in range(len(texts))]
     ids = [document_id(source, u, t) for u, t in zip(uris, texts, strict=True)]
     n = len(texts)
@@ -35,7 +34,9 @@ def _write_docs(root, source: str, texts: list[str], ts: int = 1_700_000_000) ->
         "uri": uris, "license": pa.nulls(n, pa.string()), "meta": pa.nulls(n, pa.string()),
         "ingested_at": pa.array([(ts + i) * 1000 for i in range(n)], pa.timestamp("ms", tz="UTC")),
     }, schema=DOCUMENTS_SCHEMA)
-    pq.write_table(table, d / "part-00000.parquet")
+    with Storage(str(root)).staged_dir(f"cleaned_documents/{source}") as staged:
+        with staged.open_output("part-00000.parquet") as f:
+            pq.write_table(table, f)
     return ids
 
 
