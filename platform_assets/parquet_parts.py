@@ -102,6 +102,17 @@ class PartWriter:
     def abort(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Close (finish the last part) on success; on an error drop the pending write and let the
+        enclosing staged directory discard the files."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
 
 def part_files(storage: Storage, rel_dir: str) -> list[str]:
     return [e.path for e in storage.list_files(rel_dir, PART_GLOB)]

@@ -45,19 +45,14 @@ def clean_output(
     out_schema = pipeline.output_schema(schema)
     excluded = []
     with storage.staged_dir(out_rel) as staged:
-        writer = PartWriter(staged, out_schema, compression, part_max_bytes)
-        try:
+        with PartWriter(staged, out_schema, compression, part_max_bytes) as writer:
             for batch in read_batches(storage, in_rel, None, batch_rows):
                 result = pipeline.process_batch(batch)
                 writer.write(result.kept)
                 if result.exclusions.num_rows:
                     excluded.append(result.exclusions)
-            parts = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
         write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
     funnel = pipeline.funnel()
     funnel.check()  # docs and bytes in = out + removed (+ rewritten) for every step, or it raises
-    return CleaningStageResult(funnel, out_schema, writer.rows, exclusions.num_rows, parts, staged.manifest)
+    return CleaningStageResult(funnel, out_schema, writer.rows, exclusions.num_rows, writer.parts, staged.manifest)

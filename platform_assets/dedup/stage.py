@@ -98,8 +98,7 @@ def deduplicate_outputs(
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
     with storage.staged_dir(out_rel) as staged:
-        writer = PartWriter(staged, out_schema, compression, part_max_bytes)
-        try:
+        with PartWriter(staged, out_schema, compression, part_max_bytes) as writer:
             for path in previous_parts:  # incremental: earlier runs' documents first, as they were
                 with storage.fs.open_input_file(path) as f:
                     for batch in pq.ParquetFile(f).iter_batches(batch_size=settings.batch_rows):
@@ -107,10 +106,6 @@ def deduplicate_outputs(
                         writer.write(batch)
             for batch in new_batches(None):
                 writer.write(result.filter_batch(batch))
-            parts = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
         previous_exclusions = _read_single(storage, f"{out_rel}/{EXCLUSIONS_FILE}") if seen is not None else None
         exclusions = result.exclusions()
         if previous_exclusions is not None:
@@ -118,4 +113,4 @@ def deduplicate_outputs(
         write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
         write_table(staged, DUPLICATES_FILE, result.duplicates, compression)
         write_table(staged, SIGNATURES_FILE, result.accepted.to_table(settings), compression)
-    return DedupStageResult(rows_in, writer.rows, carried, result, out_schema, parts, staged.manifest)
+    return DedupStageResult(rows_in, writer.rows, carried, result, out_schema, writer.parts, staged.manifest)

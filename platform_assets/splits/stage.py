@@ -57,9 +57,8 @@ def split_outputs(
     out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
         else schema
     with storage.staged_dir(out_rel) as staged:
-        writer = PartWriter(staged, out_schema, compression, part_max_bytes)
         offset = 0
-        try:
+        with PartWriter(staged, out_schema, compression, part_max_bytes) as writer:
             for batch in read_batches(storage, in_rel, None, batch_rows):
                 split = assignment.slice(offset, batch.num_rows)
                 offset += batch.num_rows
@@ -67,11 +66,7 @@ def split_outputs(
                 if "split" in table.schema.names:
                     table = table.drop_columns(["split"])
                 writer.write(table.append_column("split", split))
-            parts = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-    return SplitStageResult(writer.rows, split_counts(assignment), out_schema, parts, staged.manifest)
+    return SplitStageResult(writer.rows, split_counts(assignment), out_schema, writer.parts, staged.manifest)
 
 
 def check_split_leakage(
