@@ -24,8 +24,8 @@ NO_STATISTICS_COLUMNS = ("text",)
 PART_GLOB = "part-*.parquet"
 
 
-def part_name(index: int) -> str:
-    return f"part-{index:05d}.parquet"
+def part_name(index: int, prefix: str = "part") -> str:
+    return f"{prefix}-{index:05d}.parquet"
 
 
 def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
@@ -48,8 +48,9 @@ def write_table(staged: StagedDir, name: str, table: pa.Table, compression: str 
 
 class PartWriter:
     def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str = "zstd",
-                 part_max_bytes: int = 512 * 2**20):
+                 part_max_bytes: int = 512 * 2**20, prefix: str = "part"):
         self.schema = schema
+        self._prefix = prefix
         self.parts: list[str] = []
         self.rows = 0
         self._staged = staged
@@ -72,7 +73,7 @@ class PartWriter:
         self._wait()
         if self._writer is None or self._part_bytes >= self._part_max_bytes:
             self._close_part()
-            name = part_name(len(self.parts))
+            name = part_name(len(self.parts), self._prefix)
             self.parts.append(name)
             self._sink = self._staged.open_output(name)
             self._writer = parquet_writer(self._sink, self.schema, self._compression)

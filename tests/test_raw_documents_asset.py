@@ -90,7 +90,7 @@ def test_partitions_are_independent(pipeline, instance, tmp_path):
     assert _materialize(pipeline, instance, "web").success
     out = tmp_path / "out" / "raw_documents"
     assert sorted(p.name for p in out.iterdir()) == ["books", "web"]
-    assert pq.read_table(out / "books" / "part-00000.parquet")["source"].unique().to_pylist() == ["books"]
+    assert pq.read_table(out / "books" / "part-00000-00000.parquet")["source"].unique().to_pylist() == ["books"]
 
 
 def test_empty_source_fails_the_blocking_check(pipeline, instance, tmp_path):

@@ -75,7 +75,8 @@ def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/")["Contents"]
                   if not o["Key"].endswith("/"))
     assert keys == ["platform/raw_documents/web/_manifest.json", "platform/raw_documents/web/_quarantine.parquet",
-                    "platform/raw_documents/web/part-00000.parquet"]
+                    "platform/raw_documents/web/part-00000-00000.parquet",  # one part per input file
+                    "platform/raw_documents/web/part-00001-00000.parquet"]
     con = connect(storage, {"docs": ("raw_documents/web", "part-*.parquet"),
                             "quarantine": ("raw_documents/web", "_quarantine.parquet")})
     assert con.execute("SELECT count(*) FROM docs").fetchone() == (51,)
@@ -89,7 +90,7 @@ def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
     assert again.rows == 1
     assert con.execute("SELECT 1").fetchone() == (1,)
     manifest = json.loads(client.get_object(Bucket=bucket, Key="platform/raw_documents/web/_manifest.json")["Body"].read())
-    assert set(manifest["files"]) == {"_quarantine.parquet", "part-00000.parquet"}
+    assert set(manifest["files"]) == {"_quarantine.parquet", "part-00000-00000.parquet"}
     leftovers = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/raw_documents/.")
                  .get("Contents", []) if not o["Key"].endswith("/")]
     assert leftovers == []

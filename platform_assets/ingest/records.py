@@ -54,6 +54,15 @@ class QuarantineSink:
             (self.source, uri, reason, (detail or "")[:500] or None, None if sample is None else text_sample(sample))
         )
 
+    @classmethod
+    def merged(cls, source: str, sinks: list[QuarantineSink]) -> QuarantineSink:
+        """One sink holding the others' rows in the given order (units are merged in input order)."""
+        out = cls(source)
+        for sink in sinks:
+            out.rows.extend(sink.rows)
+            out.counts.update(sink.counts)
+        return out
+
     def table(self) -> pa.Table:
         cols = list(zip(*self.rows, strict=True)) if self.rows else [[] for _ in QUARANTINE_SCHEMA]
         return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, QUARANTINE_SCHEMA, strict=True)],

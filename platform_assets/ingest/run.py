@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from platform_assets.config import PipelineConfig
-from platform_assets.ingest.readers import iter_source_records
-from platform_assets.ingest.writer import DocumentWriter
+from platform_assets.ingest.readers import InputUnit, source_units
+from platform_assets.ingest.records import QuarantineSink
+from platform_assets.ingest.writer import DocumentWriter, WriteStats
 from platform_assets.parquet_parts import write_table
-from platform_assets.storage import S3Settings, Storage
+from platform_assets.storage import S3Settings, StagedDir, Storage
 
 QUARANTINE_FILE = "_quarantine.parquet"
 
@@ -32,32 +34,40 @@ class IngestResult:
         return sum(int(f["bytes"]) for f in self.files.values())
 
 
+def _ingest_unit(staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit) -> tuple[WriteStats, QuarantineSink]:
+    sink = QuarantineSink(name)
+    with DocumentWriter(staged, name, cfg.source(name).license, cfg.ingest, f"part-{unit.index:05d}") as writer:
+        for rec in unit.read(sink):
+            writer.add(rec)
+    return writer.stats, sink
+
+
 def ingest_source(
     cfg: PipelineConfig, name: str, storage: Storage, out_rel: str, s3: S3Settings | None = None
 ) -> IngestResult:
     """Read every file of source `name` and replace `out_rel` with its documents + quarantine.
 
-    Nothing is replaced unless the whole source was read: a crash leaves the previous output.
+    Files are read `ingest.parallel_files` at a time; each writes its own parts, so the committed
+    output is byte-identical whatever that number. Nothing is replaced unless the whole source was
+    read: a crash leaves the previous output.
     """
     cfg.check_source_paths([name])
-    src = cfg.source(name)
+    units = source_units(cfg, name, s3)
     with storage.staged_dir(out_rel) as staged:
-        sink, n_files, records = iter_source_records(cfg, name, s3)
-        writer = DocumentWriter(staged, name, src.license, cfg.ingest)
-        try:
-            for rec in records:
-                writer.add(rec)
-            stats = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
+        workers = min(cfg.ingest.parallel_files, len(units))
+        if workers <= 1:
+            results = [_ingest_unit(staged, cfg, name, u) for u in units]
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="ingest") as pool:
+                results = list(pool.map(lambda u: _ingest_unit(staged, cfg, name, u), units))
+        sink = QuarantineSink.merged(name, [s for _, s in results])
         write_table(staged, QUARANTINE_FILE, sink.table())
     return IngestResult(
         source=name,
-        rows=stats.rows,
-        text_bytes=stats.text_bytes,
-        input_files=n_files,
-        parts=stats.parts,
+        rows=sum(st.rows for st, _ in results),
+        text_bytes=sum(st.text_bytes for st, _ in results),
+        input_files=len(units),
+        parts=[p for st, _ in results for p in st.parts],
         quarantine_counts=dict(sorted(sink.counts.items())),
         files=staged.manifest,
     )

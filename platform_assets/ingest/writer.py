@@ -30,13 +30,14 @@ class WriteStats:
 
 
 class DocumentWriter:
-    def __init__(self, staged: StagedDir, source: str, license: str | None, cfg: IngestConfig):
+    def __init__(self, staged: StagedDir, source: str, license: str | None, cfg: IngestConfig,
+                 part_prefix: str = "part"):
         self._source = source
         self._license = license
         self._cfg = cfg
         self._buf: list[Record] = []
         self._buf_bytes = 0
-        self._parts = PartWriter(staged, DOCUMENTS_SCHEMA, cfg.compression, cfg.part_max_bytes)
+        self._parts = PartWriter(staged, DOCUMENTS_SCHEMA, cfg.compression, cfg.part_max_bytes, part_prefix)
         self.stats = WriteStats()
 
     def add(self, rec: Record | RecordBlock) -> None:
@@ -94,3 +95,12 @@ class DocumentWriter:
 
     def abort(self) -> None:
         self._parts.abort()
+
+    def __enter__(self) -> DocumentWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

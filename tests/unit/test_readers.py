@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from platform_assets.ingest.readers import iter_source_records
+from platform_assets.ingest.readers import source_units
+from platform_assets.ingest.records import QuarantineSink
 from platform_assets.ingest.records import RecordBlock
 from platform_assets.ingest.run import QUARANTINE_FILE, ingest_source
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
@@ -280,15 +281,36 @@ def test_batches_bound_memory_and_parts_rotate(tmp_path, write_config, storage):
                        ingest={"batch_rows": 50, "part_max_bytes": 100_000})
     result = ingest_source(cfg, "a", storage, "raw_documents/a")
     assert result.rows == 500 and len(result.parts) >= 4
-    md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "a" / "part-00000.parquet").metadata
+    md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "a" / "part-00000-00000.parquet").metadata
     assert max(md.row_group(i).num_rows for i in range(md.num_row_groups)) <= 50
 
 
-def test_iter_source_records_counts_files(tmp_path, write_config):
-    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+def test_source_units_are_files_in_order(tmp_path, write_config):
+    for name in ("b.jsonl", "a.jsonl"):
+        (tmp_path / name).write_text('{"text": "x"}\n')
     cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path)}])
-    sink, n_files, records = iter_source_records(cfg, "a")
-    assert n_files == 1 and sum(len(r) if isinstance(r, RecordBlock) else 1 for r in records) == 1
+    units = source_units(cfg, "a")
+    assert [u.label for u in units] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    sink = QuarantineSink("a")
+    assert sum(len(r) if isinstance(r, RecordBlock) else 1 for r in units[0].read(sink)) == 1
+
+
+def test_output_does_not_depend_on_parallel_files(tmp_path, write_config, storage):
+    for i in range(5):  # five files, good and bad lines in each
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / f"f{i}.jsonl").write_bytes(
+            b"".join(b'{"text": "file %d doc %d"}\n' % (i, j) for j in range(300)) + b"{broken\n")
+    outputs = []
+    for workers in (1, 3):
+        cfg = write_config([{"name": "p", "format": "jsonl", "path": str(tmp_path / "in")}],
+                           ingest={"parallel_files": workers, "batch_rows": 128})
+        result = ingest_source(cfg, "p", storage, f"raw_documents/p{workers}")
+        assert result.rows == 1500 and result.quarantine_counts == {"malformed_json": 5}
+        outputs.append(result.files)
+    assert outputs[0] == outputs[1]  # the same names, sizes and sha256 for every file
+    docs, quarantine = _read_output(tmp_path, "raw_documents/p3")
+    assert docs["text"].to_pylist() == [f"file {i} doc {j}" for i in range(5) for j in range(300)]
+    assert quarantine["uri"].to_pylist() == [f"{tmp_path}/in/f{i}.jsonl#line=301" for i in range(5)]
 
 
 def test_csv_unparsable_quoting_is_quarantined_and_reading_goes_on(tmp_path, write_config, storage):

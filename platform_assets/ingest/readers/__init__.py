@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -124,19 +125,32 @@ def _guarded(
         ctx.quarantine.add(uri, Q.EMPTY_FILE, "no records (only blank lines)")
 
 
-def iter_source_records(
-    cfg: PipelineConfig, name: str, s3: S3Settings | None = None
-) -> tuple[QuarantineSink, int, Iterator[Record | RecordBlock]]:
-    """(quarantine sink, number of input files, record iterator) for one configured source."""
+@dataclass(frozen=True)
+class InputUnit:
+    """One independently readable piece of a source (a file, or a whole Hugging Face dataset).
+
+    Units are read in parallel and each writes its own parts, named by `index`, so the output is the
+    same whatever the number of workers: the records of unit 0, then unit 1, ...
+    """
+
+    index: int
+    label: str
+    read: Callable[[QuarantineSink], Iterator[Record | RecordBlock]]
+
+
+def source_units(cfg: PipelineConfig, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
     src = cfg.source(name)
     if isinstance(src, HuggingFaceSource):
-        sink = QuarantineSink(name)
+        location = cfg.source_location(name)
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
-        return sink, 1, read_huggingface(src, cfg.source_location(name), sink, mtime)
+        return [InputUnit(0, location, lambda sink: read_huggingface(src, location, sink, mtime))]
     ctx, root, files = source_files(cfg, name, s3)
 
-    def records() -> Iterator[Record | RecordBlock]:
-        for file in files:
-            yield from _guarded(ctx, file, lambda f=file: _file_records(ctx, src, root, f))
+    def unit(index: int, file: FileEntry) -> InputUnit:
+        def read(sink: QuarantineSink) -> Iterator[Record | RecordBlock]:
+            file_ctx = replace(ctx, quarantine=sink)
+            return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file))
 
-    return ctx.quarantine, len(files), records()
+        return InputUnit(index, ctx.uri(file.path), read)
+
+    return [unit(i, f) for i, f in enumerate(files)]
