@@ -23,8 +23,10 @@ from platform_assets.cleaning.quality_rules import (
     QualityStep,
     SymbolRatio,
     TextView,
-    _ngram_hashes,
-    _repeated_ngram_chars,
+    _dup_ngram_chars,
+    _group,
+    _ngram_levels,
+    _top_ngram_chars,
     count_sentences,
     split_words,
 )
@@ -263,18 +265,95 @@ def _datatrove_find_all_duplicate(words: list[str], n: int) -> int:
     return repeated
 
 
-def test_duplicate_ngram_walk_equals_datatrove_on_random_texts():
+def _datatrove_top_chars(words: list[str], n: int) -> int | None:
+    """datatrove's find_top_duplicate (n-grams joined with spaces), None where nothing repeats."""
+    grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return None
+    gram, count = Counter(grams).most_common(1)[0]
+    return len(gram) * count if count > 1 else None
+
+
+def test_ngram_levels_equal_datatrove_on_random_texts():
     rng = random.Random(3)
     for _ in range(1500):
         vocab = ["a", "bb", "ccc", "dddd", "eeeee"][: rng.randint(1, 5)]
         words = [rng.choice(vocab) for _ in range(rng.randint(1, 50))]
-        n = rng.randint(1, 7)
-        if len(words) < n:
-            continue
-        hashes = np.fromiter(map(hash, words), dtype=np.int64).view(np.uint64)
+        max_n = rng.randint(1, 8)
+        view = TextView(" ".join(words))
+        assert view.tokens == words
         cum = np.concatenate(([0], np.cumsum([len(w) for w in words])))
-        got = _repeated_ngram_chars(_ngram_hashes(hashes, n), cum[n:] - cum[:-n], n, float("inf"))
-        assert (got or 0) == _datatrove_find_all_duplicate(words, n), (words, n)
+        levels = {level.n: level for level in _ngram_levels(view.vocab, max_n)}
+        for n in range(1, max_n + 1):
+            level = levels.get(n)  # absent: the levels stopped, no n-gram of this size repeats
+            dup = _dup_ngram_chars(level, cum, float("inf")) if level else None
+            assert (dup or 0) == _datatrove_find_all_duplicate(words, n), (words, n)
+            top = _top_ngram_chars(level, cum) if level else None
+            assert top == _datatrove_top_chars(words, n), (words, n)
+
+
+def _reference_ngram_rule(words: list[str], n_chars: int, settings: GopherRepetitionSettings) -> str | None:
+    """datatrove's n-gram checks, in its order, on our tokens (a unique top n-gram is not repetition)."""
+    for n, limit in sorted(settings.top_n_grams.items()):
+        chars = _datatrove_top_chars(words, n)
+        if chars is not None and chars / n_chars > limit:
+            return f"gopher_repetition.top_{n}_gram_char_frac"
+    for n, limit in sorted(settings.dup_n_grams.items()):
+        if len(words) >= n and _datatrove_find_all_duplicate(words, n) / n_chars > limit:
+            return f"gopher_repetition.dup_{n}_gram_char_frac"
+    return None
+
+
+def test_repetition_decisions_equal_datatrove_on_random_texts():
+    # one line, so that only the n-gram checks can fire; phrases repeated at random, so that every
+    # check (and the bounds that skip the walk) is exercised
+    rng = random.Random(11)
+    vocab = [f"w{i}" for i in range(60)] + ["the", "of", "a"]
+    settings_list = [
+        GopherRepetitionSettings(),
+        GopherRepetitionSettings(top_n_grams={3: 0.1, 6: 0.05}, dup_n_grams={2: 0.3, 4: 0.2, 7: 0.1}),
+        GopherRepetitionSettings(top_n_grams={1: 0.3}, dup_n_grams={1: 0.5, 3: 0.25}),
+    ]
+    fired = Counter()
+    for _ in range(600):
+        words: list[str] = []
+        while len(words) < rng.randint(5, 300):
+            if words and rng.random() < 0.15:
+                start = rng.randrange(len(words))
+                words += words[start : start + rng.randint(1, 12)]  # repeat an earlier phrase
+            else:
+                words.append(rng.choice(vocab))
+        text = " ".join(words)
+        for settings in settings_list:
+            out = check(GopherRepetition(settings), text)
+            expected = _reference_ngram_rule(words, len(text), settings)
+            assert (out.rule if out else None) == expected, (text, settings)
+            fired[expected] += 1
+    assert len(fired) >= 8  # most checks fired at least once
+
+
+def test_grouping_by_sort_equals_the_stable_argsort():
+    rng = np.random.default_rng(5)
+    for size in (1, 2, 7, 100, 5000):
+        keys = rng.integers(0, max(1, size // 3), size)
+        packed = _group(keys, int(keys.max()) + 1)
+        wide = _group(keys, 2**62)  # too wide to pack: the argsort path
+        for a, b in zip(packed, wide, strict=True):
+            assert np.array_equal(a, b)
+        ids, counts, first = packed
+        assert counts.sum() == size and np.array_equal(counts, np.bincount(ids))
+        assert np.array_equal(keys[first], np.unique(keys))  # one per key, in key order
+        assert all(keys[: first[g]].tolist().count(keys[first[g]]) == 0 for g in range(min(len(first), 20)))
+
+
+def test_word_figures_are_counted_over_distinct_tokens():
+    view = TextView("The cat, the Cat and 42 cats... 3.14 e.g. x_y naïve cat!")
+    stats = view.word_stats
+    assert stats.count == len(view.words) == 12
+    assert stats.chars == sum(map(len, view.words))
+    assert stats.distinct == list(dict.fromkeys(view.words))
+    counts = dict(zip(stats.distinct, stats.distinct_counts.tolist(), strict=True))
+    assert counts["cat"] == 2 and counts["the"] == counts["The"] == 1
 
 
 # -- C4 ---------------------------------------------------------------------------------------------

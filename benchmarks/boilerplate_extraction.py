@@ -1,0 +1,298 @@
+"""Boilerplate removal: precision and recall of the text kept from HTML pages, against the main content
+that the page's generator marks. Ours (Resiliparse, the html step) vs trafilatura.
+
+Ground truth needs no annotator: documentation generators mark the main content themselves.
+
+- Sphinx (the Python docs, the kernel docs) and Node's API docs: the element with `role="main"`
+  (`<div class="body" role="main">`): outside it are the sidebar (table of contents, search box),
+  the related-pages bars, breadcrumbs and the footer;
+- Publican (`<meta name="generator" content="publican ...">`: the Debian Administrator's Handbook,
+  26 languages): the `<body>`'s one `<div>` child besides `div#banner` (`<div class="chapter">`,
+  `<div class="section">`, ...): outside it are the "Download the ebook" banner, the site logos and
+  the Prev / Up / Home / Next bars.
+
+`--corpus` is a directory searched recursively for `*.html` (e.g. /usr/share/doc, where
+build_corpus.sh's documentation packages put them). Pages are grouped by site (the first path
+component under the corpus: python3.11, debian-handbook, linux-doc-6.1, ...), and up to
+`BOILERPLATE_PAGES_PER_SITE` (default 250) are taken from each, evenly spaced in path order; pages
+with no marked main element, and generated index pages (genindex*, search, *modindex), are skipped.
+
+Truth text: the text inside the marked element, read with the standard library's HTMLParser (so
+neither side's parser defines the truth), script/style left out, block elements separated.
+Scoring, token-level: a text is the multiset of its lower-cased tokens (runs of word characters;
+each Han/kana character one token, since CJK text has no spaces); precision = |kept & truth| /
+|kept|, recall = |kept & truth| / |truth|, summed over all pages (micro-averaged: long pages weigh
+more); F1 from those. Per-site figures and macro averages are in the JSON result.
+
+- ours: `HtmlExtract(HtmlSettings()).extract(html)`, the html step's defaults (main_content=True);
+- peer: `trafilatura.extract(html)` with its defaults (what FineWeb ran; tables kept, comments not);
+- a naive baseline, strip every tag and keep all the body's text, is scored in `prepare` and printed
+  with the input description (recall ~100% by construction: it measures how much boilerplate there
+  is to remove).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import (
+    MB,
+    Benchmark,
+    BenchmarkError,
+    Metric,
+    Prepared,
+    Spec,
+    peak_rss_metric,
+)
+
+PAGES_PER_SITE_DEFAULT = 250
+_SKIP_NAMES = re.compile(r"^(genindex.*|search|py-modindex|modindex|.*-modindex)\.html$")
+_BLOCK_TAGS = frozenset(
+    "address article aside blockquote br caption dd details div dl dt figcaption figure footer form h1 h2 "
+    "h3 h4 h5 h6 header hr li main nav ol p pre section summary table tbody td tfoot th thead tr ul".split()
+)
+_SKIP_TEXT_TAGS = frozenset({"script", "style", "noscript", "template"})
+_VOID_TAGS = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+# a token: one Han/kana character, or a run of word characters
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN_RE = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
+
+
+def tokens(text: str) -> Counter[str]:
+    return Counter(_TOKEN_RE.findall(text.lower()))
+
+
+class _MainText(HTMLParser):
+    """The text of the generator-marked main element (and, for the baseline, of the whole body)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.main: list[str] = []
+        self.body: list[str] = []
+        self.found: str | None = None  # "role=main" | "publican"
+        self._stack: list[str] = []  # open elements (void ones never pushed)
+        self._main_depth: int | None = None  # stack depth of the main element while inside it
+        self._body_depth: int | None = None
+        self._skip = 0
+        self._publican = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _VOID_TAGS:
+            if tag == "br":
+                self._sep()
+            elif tag == "meta" and ("name", "generator") in attrs:
+                self._publican = (dict(attrs).get("content") or "").lower().startswith("publican")
+            return
+        a = dict(attrs)
+        if tag == "body":
+            self._body_depth = len(self._stack)
+        if self._main_depth is None and self.found is None:
+            if a.get("role") == "main":
+                self.found, self._main_depth = "role=main", len(self._stack)
+            elif (self._publican and tag == "div" and self._body_depth is not None
+                  and len(self._stack) == self._body_depth + 1 and a.get("id") != "banner"):
+                self.found, self._main_depth = "publican", len(self._stack)
+        self._stack.append(tag)
+        if tag in _SKIP_TEXT_TAGS:
+            self._skip += 1
+        if tag in _BLOCK_TAGS:
+            self._sep()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _VOID_TAGS or tag not in self._stack:
+            return
+        while self._stack:  # close anything left open inside it (HTML's implied end tags)
+            top = self._stack.pop()
+            if top in _SKIP_TEXT_TAGS:
+                self._skip -= 1
+            if self._main_depth is not None and len(self._stack) <= self._main_depth:
+                self._main_depth = -1  # done: never re-enter
+            if top == tag:
+                break
+        if tag in _BLOCK_TAGS:
+            self._sep()
+
+    def _sep(self) -> None:
+        if self._in_main():
+            self.main.append("\n")
+        if self._body_depth is not None:
+            self.body.append("\n")
+
+    def _in_main(self) -> bool:
+        return self._main_depth is not None and self._main_depth >= 0
+
+    def handle_data(self, data: str) -> None:
+        if self._skip:
+            return
+        if self._in_main():
+            self.main.append(data)
+        if self._body_depth is not None:
+            self.body.append(data)
+
+
+def marked_text(html: str) -> tuple[str | None, str, str]:
+    """(generator mark or None, main text, whole body text)."""
+    p = _MainText()
+    p.feed(html)
+    p.close()
+    return p.found, "".join(p.main), "".join(p.body)
+
+
+def select_pages(corpus: Path, per_site: int) -> list[tuple[str, Path]]:
+    sites: dict[str, list[Path]] = {}
+    for dirpath, dirnames, filenames in os.walk(corpus):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+        for f in filenames:
+            if f.endswith(".html") and not _SKIP_NAMES.match(f):
+                path = Path(dirpath) / f
+                rel = path.relative_to(corpus)
+                site = rel.parts[0] if len(rel.parts) > 1 else corpus.name
+                sites.setdefault(site, []).append(path)
+    chosen = []
+    for site, paths in sorted(sites.items()):
+        paths.sort()
+        step = max(1, len(paths) / per_site)
+        chosen += [(site, paths[int(i * step)]) for i in range(min(per_site, len(paths)))]
+    return chosen
+
+
+def overlap(kept: Counter[str], truth: Counter[str]) -> tuple[int, int, int]:
+    """(tokens in both, tokens kept, tokens in the truth), as multisets."""
+    return sum((kept & truth).values()), sum(kept.values()), sum(truth.values())
+
+
+def _prf(common: int, kept: int, truth: int) -> dict[str, float]:
+    p = common / kept if kept else 0.0
+    r = common / truth if truth else 0.0
+    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def prepare(corpus: Path, run_dir: Path) -> Spec:
+    if not corpus.is_dir():
+        raise BenchmarkError(f"{corpus} is not a directory of HTML pages")
+    per_site = int(os.environ.get("BOILERPLATE_PAGES_PER_SITE", PAGES_PER_SITE_DEFAULT))
+    truth_path = run_dir / "truth.jsonl"
+    pages, sites, marks = [], Counter(), Counter()
+    naive = [0, 0, 0]
+    skipped = 0
+    with open(truth_path, "w", encoding="utf-8") as out:
+        for site, path in select_pages(corpus, per_site):
+            html = path.read_bytes().decode("utf-8", errors="replace")
+            mark, main, body = marked_text(html)
+            truth = tokens(main)
+            if mark is None or not truth:
+                skipped += 1
+                continue
+            out.write(json.dumps({"path": str(path), "site": site, "truth": main}, ensure_ascii=False) + "\n")
+            pages.append({"path": str(path), "site": site, "bytes": len(html.encode("utf-8"))})
+            sites[site] += 1
+            marks[mark] += 1
+            for i, v in enumerate(overlap(tokens(body), truth)):
+                naive[i] += v
+    if not pages:
+        raise BenchmarkError(f"no HTML page with a generator-marked main element under {corpus}")
+    return {
+        "corpus": str(corpus),
+        "truth": str(truth_path),
+        "pages": pages,
+        "input_bytes": sum(p["bytes"] for p in pages),
+        "sites": dict(sites),
+        "marks": dict(marks),
+        "skipped_unmarked": skipped,
+        "naive": _prf(*naive),
+    }
+
+
+def describe(spec: Spec) -> str:
+    sites = ", ".join(f"{k} {v}" for k, v in spec["sites"].items())
+    nv = spec["naive"]
+    marks = ", ".join(f"{k}: {v}" for k, v in spec["marks"].items())
+    return (f"{len(spec['pages']):,} pages, {spec['input_bytes'] / MB:,.1f} MB ({sites}); marked by {marks}; "
+            f"naive strip-all-tags baseline: precision {100 * nv['precision']:.1f}%, "
+            f"recall {100 * nv['recall']:.1f}%, F1 {100 * nv['f1']:.1f}%")
+
+
+def load_pages(spec: Spec) -> list[str]:
+    return [Path(p["path"]).read_bytes().decode("utf-8", errors="replace") for p in spec["pages"]]
+
+
+def evaluate(spec: Spec, texts: list[str]) -> dict[str, Any]:
+    totals = [0, 0, 0]
+    per_site: dict[str, list[float]] = {}
+    macro: list[dict[str, float]] = []
+    empty = 0
+    with open(spec["truth"], encoding="utf-8") as f:
+        for line, text in zip(f, texts, strict=True):
+            t = json.loads(line)
+            counts = overlap(tokens(text or ""), tokens(t["truth"]))
+            empty += not (text or "").strip()
+            site = per_site.setdefault(t["site"], [0, 0, 0])
+            for i, v in enumerate(counts):
+                totals[i] += v
+                site[i] += v
+            macro.append(_prf(*counts))
+    return {
+        **_prf(*totals),
+        "pages": len(texts),
+        "empty_pages": empty,
+        "macro": {k: sum(m[k] for m in macro) / len(macro) for k in ("precision", "recall", "f1")},
+        "per_site": {k: _prf(*v) for k, v in sorted(per_site.items())},
+    }
+
+
+def run_ours(spec: Spec, run_dir: Path) -> Prepared:
+    from platform_assets.cleaning.html_extract import HtmlExtract
+    from platform_assets.cleaning.settings import HtmlSettings
+
+    pages = load_pages(spec)
+    step = HtmlExtract(HtmlSettings())
+    step.extract("<html><body><p>warm up</p></body></html>")
+
+    def work():
+        out = []
+        for html in pages:
+            text = step.extract(html)
+            out.append(text if isinstance(text, str) else "")  # a Drop (too deep): nothing kept
+        return out
+
+    return Prepared(work, lambda texts: evaluate(spec, texts))
+
+
+def run_peer(spec: Spec, run_dir: Path) -> Prepared:
+    import trafilatura
+
+    pages = load_pages(spec)
+    trafilatura.extract("<html><body><p>warm up, a paragraph of text to extract.</p></body></html>")
+
+    def work():
+        return [trafilatura.extract(html) or "" for html in pages]
+
+    return Prepared(work, lambda texts: evaluate(spec, texts))
+
+
+BENCHMARK = Benchmark(
+    name="boilerplate_extraction",
+    description="HTML main-text extraction: P/R of kept tokens vs the generator-marked main content",
+    ours_label="platform_assets.cleaning.html_extract.HtmlExtract (Resiliparse, main_content=True)",
+    peer_label="trafilatura.extract (defaults)",
+    prepare=prepare,
+    ours=run_ours,
+    peer=run_peer,
+    metrics=(
+        Metric("precision", "%", True, lambda r, s: 100.0 * r["precision"], "{:.1f}"),
+        Metric("recall", "%", True, lambda r, s: 100.0 * r["recall"], "{:.1f}"),
+        Metric("F1", "%", True, lambda r, s: 100.0 * r["f1"], "{:.1f}"),
+        Metric("pages with no text", "", None, lambda r, s: r["empty_pages"], "{:,.0f}"),
+        Metric("throughput", "MB/s", True, lambda r, s: s["input_bytes"] / MB / r["seconds"]),
+        peak_rss_metric(),
+    ),
+    packages=("platform-assets", "resiliparse", "trafilatura", "lxml"),
+    env={"OMP_NUM_THREADS": "1"},
+    describe=describe,
+)
