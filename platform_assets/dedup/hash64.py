@@ -24,11 +24,26 @@ MASK32 = _U64(0xFFFFFFFF)
 
 def fmix64(x: np.ndarray) -> np.ndarray:
     """murmur3's finaliser: a bijection on uint64 with full avalanche. Returns a new array."""
-    x = x ^ (x >> _S33)
+    t = x >> _S33
+    t ^= x
+    return _fmix64_tail(t)
+
+
+def fmix64_inplace(x: np.ndarray) -> np.ndarray:
+    """`fmix64` computed in `x` itself (one temporary instead of four): returns `x`."""
+    t = x >> _S33
+    x ^= t
+    return _fmix64_tail(x, t)
+
+
+def _fmix64_tail(x: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    # x already holds x ^ (x >> 33); t: a scratch array of x's shape
     x *= _M1
-    x ^= x >> _S33
+    t = np.right_shift(x, _S33, out=t)
+    x ^= t
     x *= _M2
-    x ^= x >> _S33
+    np.right_shift(x, _S33, out=t)
+    x ^= t
     return x
 
 
@@ -57,26 +72,82 @@ def hash_byte_spans(
     lengths = lengths.astype(np.int64, copy=False)
     # An unaligned little-endian uint64 view starting at every byte: one gather reads 8 bytes.
     words = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, offset=0, strides=(1,))
-    first = words[starts] & _BYTE_MASKS[np.minimum(lengths, 8)]
+    first = words[starts]
+    first &= _BYTE_MASKS[np.minimum(lengths, 8)]
     out = first * GOLDEN
     out ^= out >> _S29
     longer = np.flatnonzero(lengths > 8)
     if len(longer) == 0:
         return out
-    vec = longer[lengths[longer] <= vector_max_bytes]
-    s, ln = starts[vec], lengths[vec]
-    h = fmix64((first[vec] ^ (ln.astype(np.uint64) * K_COMBINE)) * GOLDEN)
-    active = np.arange(len(vec))
-    for c in range(1, (int(ln.max()) + 7) // 8 if len(ln) else 0):
-        active = active[ln[active] > 8 * c]
-        rem = np.minimum(ln[active] - 8 * c, 8)
-        w = words[s[active] + 8 * c] & _BYTE_MASKS[rem]
-        h[active] = fmix64((h[active] ^ w) * K_COMBINE)
-    out[vec] = h
-    for i in longer[lengths[longer] > vector_max_bytes]:
+    ln = lengths[longer]
+    vec = ln <= vector_max_bytes
+    if vec.all():
+        vec, tail = longer, longer[:0]
+    else:
+        vec, tail, ln = longer[vec], longer[~vec], ln[vec]
+    if len(vec):
+        _fold_words(words, starts, first, vec, ln, out)
+    for i in tail:
         a = int(starts[i])
         out[i] = xxhash.xxh3_64_intdigest(data[a : a + int(lengths[i])].tobytes())
     return out
+
+
+def _fold_words(
+    words: np.ndarray, starts: np.ndarray, first: np.ndarray, idx: np.ndarray, ln: np.ndarray, out: np.ndarray
+) -> None:
+    """out[idx] = hashes of the strings of 9+ bytes at starts[idx] (lengths `ln`): the first 8-byte
+    word and the length, then every further (partial) word folded in order,
+    h = fmix64((h ^ w) * K_COMBINE)."""
+    s = starts[idx]
+    h = first[idx]
+    h ^= ln.astype(np.uint64) * K_COMBINE
+    h *= GOLDEN
+    fmix64_inplace(h)
+    _fold_from(words, s, ln, h, 1)
+    out[idx] = h
+
+
+def _fold_from(words: np.ndarray, s: np.ndarray, ln: np.ndarray, h: np.ndarray, c: int) -> None:
+    """Fold words c, c + 1, ... of strings that all have more than 8 c bytes into `h`, in place.
+
+    Word c goes over all of them as contiguous arrays; only the strings with more words (~15 % of
+    the 9+ byte tokens have 17+) go on, as a gathered subset."""
+    while True:
+        w = words[s + 8 * c]
+        w &= _BYTE_MASKS[np.minimum(ln - 8 * c, 8)]
+        h ^= w
+        h *= K_COMBINE
+        fmix64_inplace(h)
+        more = np.flatnonzero(ln > 8 * (c + 1))
+        if len(more) == 0:
+            return
+        if len(more) < len(ln):
+            sub = h[more]
+            _fold_from(words, s[more], ln[more], sub, c + 1)
+            h[more] = sub
+            return
+        c += 1
+
+
+def _window_inside(
+    seg_starts: np.ndarray, seg_ends: np.ndarray, full: np.ndarray, m: int, n: int, n_values: int
+) -> np.ndarray:
+    """Mask of the m window starts whose n values lie inside one segment."""
+    tiling = n_values and seg_starts[0] == 0 and seg_ends[-1] == n_values
+    if tiling and np.array_equal(seg_starts[1:], seg_ends[:-1]):
+        # the segments tile the values (word shingles): every window is inside but the last
+        # min(length, n - 1) starts of each segment, ~1 % of them
+        inside = np.ones(m, dtype=bool)
+        last = seg_ends[:, None] - np.arange(1, n, dtype=np.int64)[None, :]
+        out = last[(last >= seg_starts[:, None]) & (last < m)]
+        inside[out] = False
+        return inside
+    inside = np.zeros(m + 1, dtype=np.int8)
+    ok = full > 0
+    np.add.at(inside, seg_starts[ok], 1)
+    np.add.at(inside, seg_ends[ok] - n + 1, -1)
+    return np.cumsum(inside[:m]) > 0
 
 
 def combine_ngrams(
@@ -99,18 +170,16 @@ def combine_ngrams(
         # fold contiguous slices (no gathers) at every position, then keep the windows that lie
         # inside one segment: segments are contiguous and in order, so those are exactly the
         # starts s .. e - n of each segment
-        acc = values[:m].copy()
+        acc = values[:m] * K_COMBINE if n > 1 else values[:m].copy()
         for j in range(1, n):
-            acc *= K_COMBINE
             acc += values[j : m + j]
-        inside = np.zeros(m + 1, dtype=np.int8)
-        ok = full > 0
-        np.add.at(inside, seg_starts[ok], 1)
-        np.add.at(inside, seg_ends[ok] - n + 1, -1)
-        acc = acc[np.cumsum(inside[:m]) > 0]
+            if j < n - 1:
+                acc *= K_COMBINE
+        acc = acc[_window_inside(seg_starts, seg_ends, full, m, n, len(values))]
     else:
         acc = np.empty(0, dtype=np.uint64)
-    acc = fmix64(acc + _U64(n))
+    acc += _U64(n)
+    fmix64_inplace(acc)
     if not short.any():
         return acc, counts
     # short segments: fold the fewer-than-n values they have

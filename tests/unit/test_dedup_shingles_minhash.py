@@ -10,7 +10,7 @@ from datasketch import LeanMinHash
 
 from platform_assets.dedup.minhash import EMPTY, MinHasher, estimated_jaccard, exact_jaccard
 from platform_assets.dedup.settings import ShingleSettings
-from platform_assets.dedup.shingles import prepare_texts, shingle_hashes, word_spans
+from platform_assets.dedup.shingles import prepare_word_text, shingle_hashes, word_spans
 
 TRICKY = [
     "Hello, World! héllo wörld_x 123 -- 4.5e10",
@@ -53,11 +53,11 @@ def _random_docs(n: int, seed: int = 0) -> list[str]:
 
 def test_tokens_are_exactly_python_word_runs_of_the_lowercased_text():
     docs = TRICKY + _random_docs(200)
-    batch = prepare_texts(docs, ShingleSettings())
-    starts, ends, offsets = word_spans(batch)
+    text_buf = prepare_word_text(docs, ShingleSettings())
+    starts, ends, offsets = word_spans(text_buf)
     for i, text in enumerate(docs):
         got = [
-            batch.data[a:b].tobytes().decode()
+            text_buf.data[a:b].tobytes().decode()
             for a, b in zip(
                 starts[offsets[i] : offsets[i + 1]], ends[offsets[i] : offsets[i + 1]], strict=True
             )
