@@ -1,13 +1,13 @@
 """`python -m platform_assets` (or `platform-assets`): the pipeline from a terminal.
 
-  sample     write the sample corpus that configs/sample.yaml reads
-  validate   check a pipeline config (keys, types, source paths)
-  run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
-             dagster_home/), so the runs show up in the web UI: ingest and clean every configured
-             source (one run per source partition), then deduplicate across sources and split
-  query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
-             cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
-             dedup_exclusions, dataset_splits)
+sample     write the sample corpus that configs/sample.yaml reads
+validate   check a pipeline config (keys, types, source paths)
+run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
+           dagster_home/), so the runs show up in the web UI: ingest and clean every configured
+           source (one run per source partition), then deduplicate across sources and split
+query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
+           cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
+           dedup_exclusions, dataset_splits)
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from platform_assets.config import DEFAULT_CONFIG_ENV, REPO_ROOT, ConfigError, l
 
 def _use_config(path: str | None) -> str:
     """Resolve and export the config path, so the Dagster resource loads the same file."""
-    resolved = str(Path(path).resolve()) if path else os.environ.get(DEFAULT_CONFIG_ENV) or str(
-        REPO_ROOT / "configs" / "sample.yaml")
+    resolved = (
+        str(Path(path).resolve())
+        if path
+        else os.environ.get(DEFAULT_CONFIG_ENV) or str(REPO_ROOT / "configs" / "sample.yaml")
+    )
     os.environ[DEFAULT_CONFIG_ENV] = resolved
     return resolved
 
@@ -53,8 +56,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
-    from platform_assets.defs.raw_documents.partitions import source_partitions
     from platform_assets.definitions import defs
+    from platform_assets.defs.raw_documents.partitions import source_partitions
 
     instance = dg.DagsterInstance.get()
     known = set(instance.get_dynamic_partitions(source_partitions.name))
@@ -71,15 +74,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         quarantined = _metadata(result, "raw_documents", "quarantined")
         if not result.success:
             failed.append(name)
-        print(f"{name:<16} {'ok' if result.success else 'FAILED':<8} {rows:>7} {quarantined:>12} {cleaned:>8}  "
-              f"{_checks_summary(result)}")
+        print(
+            f"{name:<16} {'ok' if result.success else 'FAILED':<8} {rows:>7} {quarantined:>12} {cleaned:>8}  "
+            f"{_checks_summary(result)}"
+        )
     if failed or args.sources:
         print("deduplication and splits skipped: " + ("some sources failed" if failed else "--sources given"))
     else:
         result = definitions.resolve_job_def("corpus_job").execute_in_process(instance=instance, raise_on_error=False)
-        print(f"{'corpus':<16} {'ok' if result.success else 'FAILED':<8} dedup {_metadata(result, 'deduplicated_documents', 'documents_in')}"
-              f" -> {_metadata(result, 'deduplicated_documents', 'rows')} documents, split "
-              f"{_metadata(result, 'dataset_splits', 'rows')}  {_checks_summary(result)}")
+        status = "ok" if result.success else "FAILED"
+        dedup_in = _metadata(result, "deduplicated_documents", "documents_in")
+        print(
+            f"{'corpus':<16} {status:<8} dedup {dedup_in}"
+            f" -> {_metadata(result, 'deduplicated_documents', 'rows')} documents, split "
+            f"{_metadata(result, 'dataset_splits', 'rows')}  {_checks_summary(result)}"
+        )
         if not result.success:
             failed.append("corpus")
     print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`)")
@@ -100,7 +109,8 @@ def _checks_summary(result) -> str:
     checks = result.get_asset_check_evaluations()
     failing = [c.check_name for c in checks if not c.passed]
     return f"{len(checks) - len(failing)}/{len(checks)} checks passed" + (
-        f" (failed: {', '.join(failing)})" if failing else "")
+        f" (failed: {', '.join(failing)})" if failing else ""
+    )
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -109,16 +119,19 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
-    con = connect(storage, {
-        "raw_documents": ("raw_documents", "*/part-*.parquet"),
-        "quarantine": ("raw_documents", "*/_quarantine.parquet"),
-        "cleaned_documents": ("cleaned_documents", "*/part-*.parquet"),
-        "cleaning_exclusions": ("cleaned_documents", "*/_exclusions.parquet"),
-        "deduplicated_documents": ("deduplicated_documents", "_all/part-*.parquet"),
-        "duplicates": ("deduplicated_documents", "_all/_duplicates.parquet"),
-        "dedup_exclusions": ("deduplicated_documents", "_all/_exclusions.parquet"),
-        "dataset_splits": ("dataset_splits", "_all/part-*.parquet"),
-    })
+    con = connect(
+        storage,
+        {
+            "raw_documents": ("raw_documents", "*/part-*.parquet"),
+            "quarantine": ("raw_documents", "*/_quarantine.parquet"),
+            "cleaned_documents": ("cleaned_documents", "*/part-*.parquet"),
+            "cleaning_exclusions": ("cleaned_documents", "*/_exclusions.parquet"),
+            "deduplicated_documents": ("deduplicated_documents", "_all/part-*.parquet"),
+            "duplicates": ("deduplicated_documents", "_all/_duplicates.parquet"),
+            "dedup_exclusions": ("deduplicated_documents", "_all/_exclusions.parquet"),
+            "dataset_splits": ("dataset_splits", "_all/part-*.parquet"),
+        },
+    )
     rel = con.sql(args.sql)
     if rel is not None:
         rel.show(max_width=200, max_rows=args.max_rows)
@@ -126,14 +139,17 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="platform-assets", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="platform-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("sample", help="write the sample corpus")
     p.add_argument("--out", help="output folder (default: data/sample)")
     p.set_defaults(func=cmd_sample)
-    for name, func, helptext in (("validate", cmd_validate, "check a pipeline config"),
-                                 ("run", cmd_run, "materialize the pipeline")):
+    for name, func, helptext in (
+        ("validate", cmd_validate, "check a pipeline config"),
+        ("run", cmd_run, "materialize the pipeline"),
+    ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--config", help=f"pipeline YAML (default: ${DEFAULT_CONFIG_ENV} or configs/sample.yaml)")
         if name == "run":

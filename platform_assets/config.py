@@ -182,7 +182,9 @@ class PipelineConfig(_Strict):
             seen.add(s.name)
         return sources
 
-    def source(self, name: str) -> JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource:
+    def source(
+        self, name: str
+    ) -> JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource:
         for s in self.sources:
             if s.name == name:
                 return s

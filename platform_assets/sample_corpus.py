@@ -24,11 +24,18 @@ DEFAULT_OUT = REPO_ROOT / "data" / "sample"
 # Fixed file times: ingested_at comes from file mtimes, so regenerating must not change the data.
 FILE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z
 
-NAV = ('<header><nav><a href="/">Home</a> | <a href="/docs">Docs</a> | <a href="/blog">Blog</a> | '
-       '<a href="/about">About us</a></nav></header>')
-FOOTER = ('<footer><p>Copyright 2026 Example Docs. All rights reserved.</p><p><a href="/privacy">Privacy</a> '
-          '<a href="/terms">Terms of use</a> <a href="/contact">Contact</a></p></footer>')
-SIDEBAR = '<aside><h3>Related</h3><ul><li><a href="/a">Popular posts</a></li><li><a href="/b">Newsletter</a></li></ul></aside>'
+NAV = (
+    '<header><nav><a href="/">Home</a> | <a href="/docs">Docs</a> | <a href="/blog">Blog</a> | '
+    '<a href="/about">About us</a></nav></header>'
+)
+FOOTER = (
+    '<footer><p>Copyright 2026 Example Docs. All rights reserved.</p><p><a href="/privacy">Privacy</a> '
+    '<a href="/terms">Terms of use</a> <a href="/contact">Contact</a></p></footer>'
+)
+SIDEBAR = (
+    '<aside><h3>Related</h3><ul><li><a href="/a">Popular posts</a></li>'
+    '<li><a href="/b">Newsletter</a></li></ul></aside>'
+)
 
 
 def _load_seed() -> list[dict]:
@@ -44,8 +51,10 @@ def _edit_words(text: str, every: int) -> str:
 
 def _html_page(title: str, text: str) -> str:
     body = "".join(f"<p>{p.strip()}</p>\n" for p in text.split("\n\n") if p.strip())
-    return (f"<!DOCTYPE html>\n<html><head><title>{title}</title></head><body>{NAV}{SIDEBAR}"
-            f"<main><article><h1>{title}</h1>\n{body}</article></main>{FOOTER}</body></html>\n")
+    return (
+        f"<!DOCTYPE html>\n<html><head><title>{title}</title></head><body>{NAV}{SIDEBAR}"
+        f"<main><article><h1>{title}</h1>\n{body}</article></main>{FOOTER}</body></html>\n"
+    )
 
 
 def _jsonl(rows: list[dict]) -> bytes:
@@ -64,14 +73,23 @@ def write_sample_corpus(out: Path = DEFAULT_OUT) -> dict[str, int]:
     docs = [{"text": d["text"], "path": d["path"], "lang": d["lang"], "license": d["license"]} for d in py[:60]]
     docs += [dict(docs[i]) for i in (0, 1, 2)]  # exact duplicates
     docs += [{**docs[i], "text": _edit_words(docs[i]["text"], 80)} for i in (3, 4, 5)]  # near duplicates, J ~0.88
-    docs.append({"text": "Contact the maintainer at jane.doe@example.org or +1 415 555 0100; the build host "
-                         "is 10.0.12.7. " + py[60]["text"], "path": "contact.rst", "lang": "en", "license": "PSF-2.0"})
+    docs.append(
+        {
+            "text": "Contact the maintainer at jane.doe@example.org or +1 415 555 0100; the build host "
+            "is 10.0.12.7. " + py[60]["text"],
+            "path": "contact.rst",
+            "lang": "en",
+            "license": "PSF-2.0",
+        }
+    )
     good = _jsonl(docs)
-    bad = (b'{"text": "an unterminated string, "path": "broken.rst"}\n'
-           b'{"text": "latin-1 bytes \xe9t\xe9 are not UTF-8", "path": "latin1.rst"}\n'
-           b'{"path": "no-text.rst", "lang": "en"}\n'
-           b'["a", "JSON", "array"]\n'
-           b'{"text": "   ", "path": "blank.rst"}\n')
+    bad = (
+        b'{"text": "an unterminated string, "path": "broken.rst"}\n'
+        b'{"text": "latin-1 bytes \xe9t\xe9 are not UTF-8", "path": "latin1.rst"}\n'
+        b'{"path": "no-text.rst", "lang": "en"}\n'
+        b'["a", "JSON", "array"]\n'
+        b'{"text": "   ", "path": "blank.rst"}\n'
+    )
     half = len(good) // 2
     cut = good.rfind(b"\n", 0, half) + 1
     files[Path("docs/python-docs-0.jsonl")] = good[:cut] + bad
@@ -106,18 +124,21 @@ def write_sample_corpus(out: Path = DEFAULT_OUT) -> dict[str, int]:
         written[rel.parts[0]] = written.get(rel.parts[0], 0) + 1
 
     # handbook: Parquet, with language as a column
-    table = pa.table({
-        "text": [d["text"] for d in handbook],
-        "lang": [d["lang"] for d in handbook],
-        "path": [d["path"] for d in handbook],
-    })
+    table = pa.table(
+        {
+            "text": [d["text"] for d in handbook],
+            "lang": [d["lang"] for d in handbook],
+            "path": [d["path"] for d in handbook],
+        }
+    )
     _write_parquet(out / "handbook" / "handbook.parquet", table)
     written["handbook"] = 1
 
     # hub_mirror: a local Hugging Face dataset directory in the Hub's layout (data/<split>-*.parquet),
     # read through load_dataset(path, streaming=True) exactly as a hub id would be
-    hub = pa.table({"content": [d["text"] for d in kernel[:15]],
-                    "title": [d["path"].rsplit("/", 1)[-1] for d in kernel[:15]]})
+    hub = pa.table(
+        {"content": [d["text"] for d in kernel[:15]], "title": [d["path"].rsplit("/", 1)[-1] for d in kernel[:15]]}
+    )
     _write_parquet(out / "hub_mirror" / "data" / "train-00000-of-00001.parquet", hub)
     written["hub_mirror"] = 1
     return written

@@ -12,6 +12,7 @@ from platform_assets.defs.raw_documents.assets import raw_documents
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 
+
 def handbook(lang: str) -> list[str]:
     """Real prose shipped with the repo (sample_data/): Debian handbook pages, which pass Gopher's rules."""
     import gzip

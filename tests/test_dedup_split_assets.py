@@ -16,8 +16,10 @@ from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
 from platform_assets.splits.stage import split_outputs
 from platform_assets.storage import Storage
 
-WORDS = ("data pipeline shard token model train valid test corpus filter clean dedup split pack index "
-         "byte text page line word source asset check gate lineage version remote cache batch worker").split()
+WORDS = (
+    "data pipeline shard token model train valid test corpus filter clean dedup split pack index "
+    "byte text page line word source asset check gate lineage version remote cache batch worker"
+).split()
 
 
 def _essay(rng: random.Random, n: int = 300) -> str:
@@ -29,11 +31,19 @@ def _write_docs(root, source: str, texts: list[str], ts: int = 1_700_000_000) ->
     uris = [f"{source}.jsonl#line={i + 1}" for i in range(len(texts))]
     ids = [document_id(source, u, t) for u, t in zip(uris, texts, strict=True)]
     n = len(texts)
-    table = pa.table({
-        "id": ids, "source": [source] * n, "text": pa.array(texts, pa.large_string()), "modality": ["text"] * n,
-        "uri": uris, "license": pa.nulls(n, pa.string()), "meta": pa.nulls(n, pa.string()),
-        "ingested_at": pa.array([(ts + i) * 1000 for i in range(n)], pa.timestamp("ms", tz="UTC")),
-    }, schema=DOCUMENTS_SCHEMA)
+    table = pa.table(
+        {
+            "id": ids,
+            "source": [source] * n,
+            "text": pa.array(texts, pa.large_string()),
+            "modality": ["text"] * n,
+            "uri": uris,
+            "license": pa.nulls(n, pa.string()),
+            "meta": pa.nulls(n, pa.string()),
+            "ingested_at": pa.array([(ts + i) * 1000 for i in range(n)], pa.timestamp("ms", tz="UTC")),
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
     with Storage(str(root)).staged_dir(f"cleaned_documents/{source}") as staged:
         with staged.open_output("part-00000.parquet") as f:
             pq.write_table(table, f)
@@ -58,12 +68,17 @@ def test_stage_removes_planted_duplicates_across_sources(corpus):
 
     cfg = parse_config({"sources": [{"name": "web", "format": "jsonl", "path": "x"}]}, tmp)
     st = Storage(str(tmp / "out"))
-    stage = deduplicate_outputs(st, ["cleaned_documents/web", "cleaned_documents/forum"],
-                                "deduplicated_documents/_all", cfg.dedup)
+    stage = deduplicate_outputs(
+        st, ["cleaned_documents/web", "cleaned_documents/forum"], "deduplicated_documents/_all", cfg.dedup
+    )
     assert stage.rows_in == 64 and stage.rows_out == 60
     removed = {r["removed_id"]: r["rule"] for r in stage.result.duplicates.to_pylist()}
-    assert removed == {ids["web"][40]: "exact_duplicate", ids["web"][41]: "exact_duplicate",
-                       ids["forum"][20]: "near_duplicate", ids["forum"][21]: "near_duplicate"}
+    assert removed == {
+        ids["web"][40]: "exact_duplicate",
+        ids["web"][41]: "exact_duplicate",
+        ids["forum"][20]: "near_duplicate",
+        ids["forum"][21]: "near_duplicate",
+    }
     out = tmp / "out" / "deduplicated_documents" / "_all"
     kept = pq.read_table(out / "part-00000.parquet")
     assert kept.column_names[-1] == "cluster_id" and kept.num_rows == 60
@@ -73,8 +88,9 @@ def test_stage_removes_planted_duplicates_across_sources(corpus):
 
     # input order does not matter: the same kept set from the sources in the other order
     again = deduplicate_outputs(st, ["cleaned_documents/forum", "cleaned_documents/web"], "dd2", cfg.dedup)
-    assert set(pq.read_table(tmp / "out" / "dd2" / "part-00000.parquet")["id"].to_pylist()) == \
-        set(kept["id"].to_pylist())
+    assert set(pq.read_table(tmp / "out" / "dd2" / "part-00000.parquet")["id"].to_pylist()) == set(
+        kept["id"].to_pylist()
+    )
     assert again.rows_out == 60
 
 
@@ -82,8 +98,9 @@ def test_incremental_run_dedups_a_new_source_against_accepted_documents(corpus):
     tmp, ids = corpus
     from platform_assets.config import parse_config
 
-    cfg = parse_config({"sources": [{"name": "web", "format": "jsonl", "path": "x"}],
-                        "dedup": {"incremental": True}}, tmp)
+    cfg = parse_config(
+        {"sources": [{"name": "web", "format": "jsonl", "path": "x"}], "dedup": {"incremental": True}}, tmp
+    )
     st = Storage(str(tmp / "out"))
     first = deduplicate_outputs(st, ["cleaned_documents/web"], "dd", cfg.dedup)
     assert first.rows_out == 40
@@ -121,9 +138,11 @@ def test_splits_are_stable_when_documents_are_added(tmp_path):
 @pytest.fixture
 def pipeline(corpus):
     tmp, _ = corpus
-    cfg = {"storage": {"root": str(tmp / "out")},
-           "sources": [{"name": "web", "format": "jsonl", "path": "x"}, {"name": "forum", "format": "jsonl", "path": "x"}],
-           "splits": {"ratios": {"train": 0.8, "validation": 0.1, "test": 0.1}}}
+    cfg = {
+        "storage": {"root": str(tmp / "out")},
+        "sources": [{"name": "web", "format": "jsonl", "path": "x"}, {"name": "forum", "format": "jsonl", "path": "x"}],
+        "splits": {"ratios": {"train": 0.8, "validation": 0.1, "test": 0.1}},
+    }
     (tmp / "p.yaml").write_text(yaml.safe_dump(cfg))
     return PipelineResource(config_path=str(tmp / "p.yaml"))
 
@@ -132,8 +151,12 @@ def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
     result = dg.materialize([deduplicated_documents, dataset_splits], resources={"pipeline": pipeline})
     assert result.success
     md = result.asset_materializations_for_node("deduplicated_documents")[0].metadata
-    assert (md["documents_in"].value, md["rows"].value, md["removed_exact"].value, md["removed_near"].value) == \
-        (64, 60, 2, 2)
+    assert (md["documents_in"].value, md["rows"].value, md["removed_exact"].value, md["removed_near"].value) == (
+        64,
+        60,
+        2,
+        2,
+    )
     assert md["cluster_size_chart"].value.startswith("![clusters by size")
     per_source = {r.data["source"]: r.data["removed"] for r in md["removed_per_source"].value.records}
     assert per_source == {"forum": 2, "web": 2}
@@ -154,8 +177,9 @@ def test_leak_check_blocks_a_planted_leak(pipeline, corpus):
     tmp, ids = corpus
     pair = pa.table({"id": [ids["web"][0], ids["web"][40]]})  # base[0] and its exact copy
     ratios = {"train": 0.5, "validation": 0.25, "test": 0.25}
-    seed = next(s for s in range(1000)
-                if len(set(assign_splits(pair, SplitSettings(seed=s, ratios=ratios)).to_pylist())) == 2)
+    seed = next(
+        s for s in range(1000) if len(set(assign_splits(pair, SplitSettings(seed=s, ratios=ratios)).to_pylist())) == 2
+    )
     cfg = yaml.safe_load((tmp / "p.yaml").read_text())
     cfg["splits"] = {"seed": seed, "ratios": ratios}
     (tmp / "p.yaml").write_text(yaml.safe_dump(cfg))

@@ -2,7 +2,7 @@
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -11,20 +11,21 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from platform_assets.definitions import defs
 from platform_assets.defs.pipeline.schedules import daily_refresh
 from platform_assets.defs.raw_documents.assets import raw_documents
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.raw_documents.sensors import source_files_sensor
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.definitions import defs
 
 
 @pytest.fixture
 def pipeline(tmp_path: Path) -> PipelineResource:
     web = tmp_path / "src" / "web"
     web.mkdir(parents=True)
-    (web / "a.jsonl").write_text("".join(json.dumps({"text": f"web page {i}", "url": f"u{i}"}) + "\n" for i in range(20))
-                                 + "{broken\n")
+    (web / "a.jsonl").write_text(
+        "".join(json.dumps({"text": f"web page {i}", "url": f"u{i}"}) + "\n" for i in range(20)) + "{broken\n"
+    )
     books = tmp_path / "src" / "books"
     books.mkdir()
     pq.write_table(pa.table({"text": ["a book", "another book"]}), books / "b.parquet")
@@ -47,8 +48,9 @@ def instance():
 
 def _materialize(pipeline, instance, key):
     instance.add_dynamic_partitions(source_partitions.name, [key])
-    return dg.materialize([raw_documents], partition_key=key, resources={"pipeline": pipeline},
-                          instance=instance, raise_on_error=False)
+    return dg.materialize(
+        [raw_documents], partition_key=key, resources={"pipeline": pipeline}, instance=instance, raise_on_error=False
+    )
 
 
 def test_definitions_load_with_every_piece():
@@ -73,8 +75,12 @@ def test_materialize_a_partition_reports_metadata_and_checks(pipeline, instance,
     assert "web page 0" in md["preview"].value
     assert md["quarantine_by_reason"].value.records[0].data == {"reason": "malformed_json", "count": 1}
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert evaluations == {"schema_matches": True, "ids_unique": True, "source_not_empty": True,
-                           "quarantine_rate_within_bounds": True}
+    assert evaluations == {
+        "schema_matches": True,
+        "ids_unique": True,
+        "source_not_empty": True,
+        "quarantine_rate_within_bounds": True,
+    }
     # the data version is the content hash of the output: the same input gives the same version
     version = mat.tags["dagster/data_version"]
     again = _materialize(pipeline, instance, "web")
@@ -111,7 +117,8 @@ def test_missing_source_path_fails_with_the_source_name(pipeline, instance, tmp_
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "source 'books': path" in str(failure.event_specific_data.error.message) + str(
-        failure.event_specific_data.user_failure_data.description)
+        failure.event_specific_data.user_failure_data.description
+    )
 
 
 def test_unknown_partition_is_a_clear_failure(pipeline, instance):
@@ -149,19 +156,26 @@ def test_sensor_skips_a_broken_config(tmp_path, instance):
 
 
 def test_daily_schedule_requests_every_source(pipeline, instance):
-    when = datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc)
-    with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
-                                   resources={"pipeline": pipeline}) as ctx:
+    when = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    with dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=when, resources={"pipeline": pipeline}
+    ) as ctx:
         requests = daily_refresh(ctx)
-    assert [(r.partition_key, r.run_key) for r in requests] == [("web", "web:2026-11-22"), ("books", "books:2026-11-22")]
+    assert [(r.partition_key, r.run_key) for r in requests] == [
+        ("web", "web:2026-11-22"),
+        ("books", "books:2026-11-22"),
+    ]
     assert set(instance.get_dynamic_partitions(source_partitions.name)) == {"web", "books"}
 
 
 def test_job_runs_a_partition_on_the_instance(pipeline, instance, monkeypatch):
     monkeypatch.setenv("PLATFORM_CONFIG", pipeline.config_path)
     instance.add_dynamic_partitions(source_partitions.name, ["books"])
-    job = dg.Definitions(assets=[raw_documents], jobs=[dg.define_asset_job("per_source_job", selection="raw_documents")],
-        resources={"pipeline": pipeline}).resolve_job_def("per_source_job")
+    job = dg.Definitions(
+        assets=[raw_documents],
+        jobs=[dg.define_asset_job("per_source_job", selection="raw_documents")],
+        resources={"pipeline": pipeline},
+    ).resolve_job_def("per_source_job")
     result = job.execute_in_process(partition_key="books", instance=instance)
     assert result.success
     assert instance.get_latest_materialization_event(dg.AssetKey("raw_documents")) is not None

@@ -23,8 +23,11 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def s3_endpoint():
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -63,25 +66,37 @@ def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
     lines = "".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)) + "{bad json\n"
     client.put_object(Bucket=bucket, Key="raw/web/a.jsonl", Body=lines.encode())
     client.put_object(Bucket=bucket, Key="raw/web/b.jsonl", Body=b'{"text": "last"}\n')
-    cfg = parse_config({
-        "storage": {"root": f"s3://{bucket}/platform", "s3": {"endpoint_url": endpoint}},
-        "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/raw/web"}],
-    }, tmp_path)
+    cfg = parse_config(
+        {
+            "storage": {"root": f"s3://{bucket}/platform", "s3": {"endpoint_url": endpoint}},
+            "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/raw/web"}],
+        },
+        tmp_path,
+    )
     storage = Storage(cfg.storage_root, cfg.s3_settings())
     result = ingest_source(cfg, "web", storage, "raw_documents/web")
     assert result.rows == 51 and result.quarantine_counts == {"malformed_json": 1}
 
     # (pyarrow also writes empty "dir/" marker objects; only the files matter)
-    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/")["Contents"]
-                  if not o["Key"].endswith("/"))
-    assert keys == ["platform/raw_documents/web/_manifest.json", "platform/raw_documents/web/_quarantine.parquet",
-                    "platform/raw_documents/web/part-00000-00000.parquet",  # one part per input file
-                    "platform/raw_documents/web/part-00001-00000.parquet"]
-    con = connect(storage, {"docs": ("raw_documents/web", "part-*.parquet"),
-                            "quarantine": ("raw_documents/web", "_quarantine.parquet")})
+    keys = sorted(
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/")["Contents"]
+        if not o["Key"].endswith("/")
+    )
+    assert keys == [
+        "platform/raw_documents/web/_manifest.json",
+        "platform/raw_documents/web/_quarantine.parquet",
+        "platform/raw_documents/web/part-00000-00000.parquet",  # one part per input file
+        "platform/raw_documents/web/part-00001-00000.parquet",
+    ]
+    con = connect(
+        storage,
+        {"docs": ("raw_documents/web", "part-*.parquet"), "quarantine": ("raw_documents/web", "_quarantine.parquet")},
+    )
     assert con.execute("SELECT count(*) FROM docs").fetchone() == (51,)
     assert con.execute("SELECT uri, reason FROM quarantine").fetchall() == [
-        (f"s3://{bucket}/raw/web/a.jsonl#line=51", "malformed_json")]
+        (f"s3://{bucket}/raw/web/a.jsonl#line=51", "malformed_json")
+    ]
     assert duplicate_ids(storage, "raw_documents/web").duplicates == 0
 
     # re-running replaces the output; stale files of the previous output disappear
@@ -89,10 +104,15 @@ def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
     again = ingest_source(cfg, "web", storage, "raw_documents/web")
     assert again.rows == 1
     assert con.execute("SELECT 1").fetchone() == (1,)
-    manifest = json.loads(client.get_object(Bucket=bucket, Key="platform/raw_documents/web/_manifest.json")["Body"].read())
+    manifest = json.loads(
+        client.get_object(Bucket=bucket, Key="platform/raw_documents/web/_manifest.json")["Body"].read()
+    )
     assert set(manifest["files"]) == {"_quarantine.parquet", "part-00000-00000.parquet"}
-    leftovers = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/raw_documents/.")
-                 .get("Contents", []) if not o["Key"].endswith("/")]
+    leftovers = [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="platform/raw_documents/.").get("Contents", [])
+        if not o["Key"].endswith("/")
+    ]
     assert leftovers == []
 
 
@@ -106,18 +126,25 @@ def test_pipeline_resource_uses_dagster_aws_s3_resource(s3, tmp_path, monkeypatc
 
     client, bucket, endpoint = s3
     client.put_object(Bucket=bucket, Key="in/a.jsonl", Body=b'{"text": "hello from s3"}\n')
-    cfg = {"storage": {"root": f"s3://{bucket}/out"},
-           "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/in"}]}
+    cfg = {
+        "storage": {"root": f"s3://{bucket}/out"},
+        "sources": [{"name": "web", "format": "jsonl", "path": f"s3://{bucket}/in"}],
+    }
     (tmp_path / "p.yaml").write_text(json.dumps(cfg))
     # credentials only through the resource: the environment's are removed
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    pipeline = PipelineResource(config_path=str(tmp_path / "p.yaml"), s3=S3Resource(
-        endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"))
+    pipeline = PipelineResource(
+        config_path=str(tmp_path / "p.yaml"),
+        s3=S3Resource(
+            endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        ),
+    )
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(source_partitions.name, ["web"])
-        result = dg.materialize([raw_documents], partition_key="web", resources={"pipeline": pipeline},
-                                instance=instance)
+        result = dg.materialize(
+            [raw_documents], partition_key="web", resources={"pipeline": pipeline}, instance=instance
+        )
     assert result.success
     mat = result.asset_materializations_for_node("raw_documents")[0]
     assert mat.metadata["uri"].value == f"s3://{bucket}/out/raw_documents/web"

@@ -1,6 +1,5 @@
 """The one resource every stage uses: the pipeline config and the storage it names."""
 
-
 import os
 
 import dagster as dg
@@ -48,7 +47,9 @@ def default_pipeline_resource() -> PipelineResource:
             endpoint_url=os.environ.get("AWS_ENDPOINT_URL"),
             region_name=os.environ.get("AWS_REGION", "us-east-1"),
             aws_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID") if os.environ.get("AWS_ACCESS_KEY_ID") else None,
-            aws_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY") if os.environ.get("AWS_SECRET_ACCESS_KEY") else None,
+            aws_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY")
+            if os.environ.get("AWS_SECRET_ACCESS_KEY")
+            else None,
         )
     return PipelineResource(config_path=default_config_path(), s3=s3)
 

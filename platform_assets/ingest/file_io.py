@@ -7,7 +7,6 @@ import mmap
 from collections.abc import Iterator
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.fs as pafs
 

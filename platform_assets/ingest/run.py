@@ -34,7 +34,9 @@ class IngestResult:
         return sum(int(f["bytes"]) for f in self.files.values())
 
 
-def _ingest_unit(staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit) -> tuple[WriteStats, QuarantineSink]:
+def _ingest_unit(
+    staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit
+) -> tuple[WriteStats, QuarantineSink]:
     sink = QuarantineSink(name)
     with DocumentWriter(staged, name, cfg.source(name).license, cfg.ingest, f"part-{unit.index:05d}") as writer:
         for rec in unit.read(sink):

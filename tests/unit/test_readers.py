@@ -10,8 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.ingest.readers import source_units
-from platform_assets.ingest.records import QuarantineSink
-from platform_assets.ingest.records import RecordBlock
+from platform_assets.ingest.records import QuarantineSink, RecordBlock
 from platform_assets.ingest.run import QUARANTINE_FILE, ingest_source
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
 
@@ -39,7 +38,7 @@ def test_jsonl_good_and_bad_lines(tmp_path, write_config, storage):
         b'{"text": null}',  # 7 missing text (null)
         b'{"text": 42}',  # 8 not a string
         b'{"text": "  \\n "}',  # 9 blank
-        b'[1, 2]',  # 10 not an object
+        b"[1, 2]",  # 10 not an object
         b"",  # 11 blank line: skipped, not quarantined
     ]
     lines += [json.dumps(g).encode() for g in good[3:]]
@@ -61,8 +60,14 @@ def test_jsonl_good_and_bad_lines(tmp_path, write_config, storage):
         f"{base}#line=9": "empty_text",
         f"{base}#line=10": "not_a_json_object",
     }
-    assert result.quarantine_counts == {"empty_text": 1, "invalid_utf8": 1, "malformed_json": 1,
-                                        "missing_text_field": 2, "not_a_json_object": 1, "text_not_string": 1}
+    assert result.quarantine_counts == {
+        "empty_text": 1,
+        "invalid_utf8": 1,
+        "malformed_json": 1,
+        "missing_text_field": 2,
+        "not_a_json_object": 1,
+        "text_not_string": 1,
+    }
     # meta keeps the other fields as JSON, dates as the strings they were
     assert json.loads(docs["meta"][0].as_py()) == {"date": "2024-05-01", "url": "https://e.org/0"}
     assert docs["uri"].to_pylist()[3] == f"{base}#line=12"
@@ -71,8 +76,16 @@ def test_jsonl_good_and_bad_lines(tmp_path, write_config, storage):
 
 
 def test_jsonl_fast_and_per_line_paths_give_identical_records(tmp_path, write_config):
-    rows = [{"text": f"doc {i} " + "é" * (i % 7), "n": i, "tags": ["a", "b"], "when": "2023-01-0%d" % (1 + i % 9),
-             "nested": {"k": i}} for i in range(300)]
+    rows = [
+        {
+            "text": f"doc {i} " + "é" * (i % 7),
+            "n": i,
+            "tags": ["a", "b"],
+            "when": f"2023-01-0{1 + i % 9}",
+            "nested": {"k": i},
+        }
+        for i in range(300)
+    ]
     (tmp_path / "d.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in rows))
     cfg = write_config([{"name": "d", "format": "jsonl", "path": str(tmp_path / "d.jsonl")}])
 
@@ -128,8 +141,11 @@ def test_csv_ragged_rows_invalid_bytes_and_multiline_fields(tmp_path, write_conf
     docs, quarantine = _read_output(tmp_path, "raw_documents/t")
     assert docs["text"].to_pylist() == ["first document", "a field with\na newline, quoted", "last document"]
     assert [json.loads(m)["title"] for m in docs["meta"].to_pylist()] == ["one", "two", "six"]
-    assert _reasons(quarantine) == {f"{path}#line=5": "ragged_csv_row", f"{path}#line=6": "empty_text",
-                                    f"{path}#line=7": "invalid_utf8"}
+    assert _reasons(quarantine) == {
+        f"{path}#line=5": "ragged_csv_row",
+        f"{path}#line=6": "empty_text",
+        f"{path}#line=7": "invalid_utf8",
+    }
     assert result.quarantined == 3
 
 
@@ -175,10 +191,12 @@ def test_text_per_line_and_per_file(tmp_path, write_config, storage):
     d.mkdir()
     (d / "a.txt").write_bytes(b"first line\n\n   \nsecond line\n\xff broken\nthird\n")
     (d / "b.txt").write_bytes(b"")
-    cfg = write_config([
-        {"name": "lines", "format": "text", "unit": "line", "path": str(d)},
-        {"name": "files", "format": "text", "unit": "file", "path": str(d)},
-    ])
+    cfg = write_config(
+        [
+            {"name": "lines", "format": "text", "unit": "line", "path": str(d)},
+            {"name": "files", "format": "text", "unit": "file", "path": str(d)},
+        ]
+    )
     ingest_source(cfg, "lines", storage, "raw_documents/lines")
     docs, quarantine = _read_output(tmp_path, "raw_documents/lines")
     assert docs["text"].to_pylist() == ["first line", "second line", "third"]
@@ -201,7 +219,9 @@ def test_folder_of_documents(tmp_path, write_config, storage):
     result = ingest_source(cfg, "site", storage, "raw_documents/site")
     docs, quarantine = _read_output(tmp_path, "raw_documents/site")
     assert dict(zip(docs["uri"].to_pylist(), docs["modality"].to_pylist(), strict=True)) == {
-        f"{d}/blog/post.md": "text", f"{d}/index.html": "html"}
+        f"{d}/blog/post.md": "text",
+        f"{d}/index.html": "html",
+    }
     assert json.loads(docs["meta"][0].as_py()) == {"bytes": 20, "path": "blog/post.md"}
     assert _reasons(quarantine) == {f"{d}/blog/photo.jpg": "binary_file", f"{d}/blank.txt": "empty_file"}
     assert result.input_files == 4
@@ -240,13 +260,17 @@ def test_huggingface_local_directory_and_saved_dataset(tmp_path, write_config, s
 
     hub_layout = tmp_path / "hub" / "data"
     hub_layout.mkdir(parents=True)
-    pq.write_table(pa.table({"content": ["one", "two", None], "lang": ["en", "de", "fr"]}),
-                   hub_layout / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table({"content": ["one", "two", None], "lang": ["en", "de", "fr"]}),
+        hub_layout / "train-00000-of-00001.parquet",
+    )
     datasets.Dataset.from_dict({"text": ["saved a", "saved b"]}).save_to_disk(str(tmp_path / "saved"))
-    cfg = write_config([
-        {"name": "hub", "format": "hf", "path": str(tmp_path / "hub"), "text_field": "content"},
-        {"name": "saved", "format": "hf", "path": str(tmp_path / "saved")},
-    ])
+    cfg = write_config(
+        [
+            {"name": "hub", "format": "hf", "path": str(tmp_path / "hub"), "text_field": "content"},
+            {"name": "saved", "format": "hf", "path": str(tmp_path / "saved")},
+        ]
+    )
     result = ingest_source(cfg, "hub", storage, "raw_documents/hub")
     docs, quarantine = _read_output(tmp_path, "raw_documents/hub")
     assert docs["text"].to_pylist() == ["one", "two"]
@@ -268,8 +292,9 @@ def test_hub_id_offline_is_a_clear_error(write_config, tmp_path, storage):
 
 def test_same_input_gives_byte_identical_output(tmp_path, write_config, storage):
     (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "doc %d", "k": %d}\n' % (i, i) for i in range(2000)))
-    cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
-                       ingest={"batch_rows": 300})
+    cfg = write_config(
+        [{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}], ingest={"batch_rows": 300}
+    )
     first = ingest_source(cfg, "a", storage, "raw_documents/a").files
     second = ingest_source(cfg, "a", storage, "raw_documents/a").files
     assert first == second and len([n for n in first if n.startswith("part-")]) == 1
@@ -277,8 +302,10 @@ def test_same_input_gives_byte_identical_output(tmp_path, write_config, storage)
 
 def test_batches_bound_memory_and_parts_rotate(tmp_path, write_config, storage):
     (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "%s"}\n' % (b"w" * 1000) for _ in range(500)))
-    cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
-                       ingest={"batch_rows": 50, "part_max_bytes": 100_000})
+    cfg = write_config(
+        [{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
+        ingest={"batch_rows": 50, "part_max_bytes": 100_000},
+    )
     result = ingest_source(cfg, "a", storage, "raw_documents/a")
     assert result.rows == 500 and len(result.parts) >= 4
     md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "a" / "part-00000-00000.parquet").metadata
@@ -299,11 +326,14 @@ def test_output_does_not_depend_on_parallel_files(tmp_path, write_config, storag
     for i in range(5):  # five files, good and bad lines in each
         (tmp_path / "in").mkdir(exist_ok=True)
         (tmp_path / "in" / f"f{i}.jsonl").write_bytes(
-            b"".join(b'{"text": "file %d doc %d"}\n' % (i, j) for j in range(300)) + b"{broken\n")
+            b"".join(b'{"text": "file %d doc %d"}\n' % (i, j) for j in range(300)) + b"{broken\n"
+        )
     outputs = []
     for workers in (1, 3):
-        cfg = write_config([{"name": "p", "format": "jsonl", "path": str(tmp_path / "in")}],
-                           ingest={"parallel_files": workers, "batch_rows": 128})
+        cfg = write_config(
+            [{"name": "p", "format": "jsonl", "path": str(tmp_path / "in")}],
+            ingest={"parallel_files": workers, "batch_rows": 128},
+        )
         result = ingest_source(cfg, "p", storage, f"raw_documents/p{workers}")
         assert result.rows == 1500 and result.quarantine_counts == {"malformed_json": 5}
         outputs.append(result.files)

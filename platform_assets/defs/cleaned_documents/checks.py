@@ -20,14 +20,25 @@ from platform_assets.storage import Storage
 ASSET = "cleaned_documents"
 
 CLEANING_CHECKS = [
-    dg.AssetCheckSpec("removal_rate_within_bounds", asset=ASSET, blocking=True,
-                      description="Each rule group removes at most its bound of the documents entering its "
-                                  "step, and cleaning as a whole at most `cleaning_gates.max_removal_rate`."),
-    dg.AssetCheckSpec("no_residual_pii", asset=ASSET, blocking=True,
-                      description="A second PII scan of the kept text finds nothing to redact."),
-    dg.AssetCheckSpec("language_mix_as_configured", asset=ASSET,
-                      description="Kept documents are in allowed languages, above the score threshold, and "
-                                  "each language's share is within `cleaning_gates.language_shares`."),
+    dg.AssetCheckSpec(
+        "removal_rate_within_bounds",
+        asset=ASSET,
+        blocking=True,
+        description="Each rule group removes at most its bound of the documents entering its "
+        "step, and cleaning as a whole at most `cleaning_gates.max_removal_rate`.",
+    ),
+    dg.AssetCheckSpec(
+        "no_residual_pii",
+        asset=ASSET,
+        blocking=True,
+        description="A second PII scan of the kept text finds nothing to redact.",
+    ),
+    dg.AssetCheckSpec(
+        "language_mix_as_configured",
+        asset=ASSET,
+        description="Kept documents are in allowed languages, above the score threshold, and "
+        "each language's share is within `cleaning_gates.language_shares`.",
+    ),
 ]
 
 
@@ -93,20 +104,35 @@ def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[
     return problems, dict(shares.most_common())
 
 
-def evaluate_cleaning_checks(storage: Storage, rel: str, funnel: Funnel,
-                             cfg: PipelineConfig) -> list[dg.AssetCheckResult]:
+def evaluate_cleaning_checks(
+    storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig
+) -> list[dg.AssetCheckResult]:
     removal = removal_violations(funnel, cfg.cleaning_gates)
     pii = residual_pii(storage, rel, cfg)
     lang_problems, shares = language_problems(storage, rel, cfg) if cfg.cleaning.language.enabled else ([], {})
     rates = {g: round(r / e, 4) for g, (r, e) in rule_group_rates(funnel).items() if e}
     return [
-        dg.AssetCheckResult(check_name="removal_rate_within_bounds", passed=not removal,
-                            metadata={"violations": "\n".join(removal) or "none",
-                                      "removal_rate": round(funnel.removal_rate(), 4), **{f"rate.{g}": v for g, v in rates.items()}}),
-        dg.AssetCheckResult(check_name="no_residual_pii", passed=sum(pii.values()) == 0,
-                            metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}}),
-        dg.AssetCheckResult(check_name="language_mix_as_configured", passed=not lang_problems,
-                            severity=dg.AssetCheckSeverity.WARN,
-                            metadata={"problems": "\n".join(lang_problems) or "none",
-                                      "languages": ", ".join(f"{k}: {v}" for k, v in shares.items()) or "none"}),
+        dg.AssetCheckResult(
+            check_name="removal_rate_within_bounds",
+            passed=not removal,
+            metadata={
+                "violations": "\n".join(removal) or "none",
+                "removal_rate": round(funnel.removal_rate(), 4),
+                **{f"rate.{g}": v for g, v in rates.items()},
+            },
+        ),
+        dg.AssetCheckResult(
+            check_name="no_residual_pii",
+            passed=sum(pii.values()) == 0,
+            metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}},
+        ),
+        dg.AssetCheckResult(
+            check_name="language_mix_as_configured",
+            passed=not lang_problems,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "problems": "\n".join(lang_problems) or "none",
+                "languages": ", ".join(f"{k}: {v}" for k, v in shares.items()) or "none",
+            },
+        ),
     ]

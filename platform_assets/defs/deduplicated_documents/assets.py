@@ -4,10 +4,10 @@ import dagster as dg
 import pyarrow.compute as pc
 
 from platform_assets.charts import bar_chart_markdown
+from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
 from platform_assets.defs.metadata import arrow_table, counts_table, output_metadata
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.layout import asset_dir
 from platform_assets.storage import MANIFEST_NAME, manifest_version
 

@@ -15,9 +15,7 @@ from platform_assets.storage import FileEntry
 BATCH_ROWS = 8192
 
 
-def read_parquet(
-    ctx: ReadContext, file: FileEntry, text_field: str, meta_fields: list[str] | None
-) -> Iterator[Record]:
+def read_parquet(ctx: ReadContext, file: FileEntry, text_field: str, meta_fields: list[str] | None) -> Iterator[Record]:
     base = ctx.uri(file.path)
     mtime = ctx.mtime(file.mtime_s)
     try:
@@ -28,7 +26,9 @@ def read_parquet(
     schema = pf.schema_arrow
     n_rows = pf.metadata.num_rows
     if text_field not in schema.names:
-        ctx.quarantine.add(base, Q.MISSING_TEXT_FIELD, f"no column {text_field!r} ({n_rows} rows); columns: {schema.names[:20]}")
+        ctx.quarantine.add(
+            base, Q.MISSING_TEXT_FIELD, f"no column {text_field!r} ({n_rows} rows); columns: {schema.names[:20]}"
+        )
         return
     text_type = schema.field(text_field).type
     is_binary = pa.types.is_binary(text_type) or pa.types.is_large_binary(text_type)

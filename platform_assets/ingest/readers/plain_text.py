@@ -40,10 +40,16 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str)
     try:
         text = data.decode(ctx.encoding)
     except UnicodeDecodeError as err:
-        ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding} at byte {err.start}: {err.reason}",
-                           data[max(0, err.start - 40) : err.start + 40])
+        ctx.quarantine.add(
+            uri,
+            Q.INVALID_UTF8,
+            f"not valid {ctx.encoding} at byte {err.start}: {err.reason}",
+            data[max(0, err.start - 40) : err.start + 40],
+        )
         return
-    rel = file.path[len(source_root) + 1 :] if file.path.startswith(source_root + "/") else PurePosixPath(file.path).name
+    rel = (
+        file.path[len(source_root) + 1 :] if file.path.startswith(source_root + "/") else PurePosixPath(file.path).name
+    )
     meta = orjson.dumps({"path": rel, "bytes": len(data)}).decode()
     yield Record(text, uri, meta, ctx.mtime(file.mtime_s), _modality(file.path, data[:SNIFF_BYTES]))
 
