@@ -26,7 +26,11 @@ fi
 # torch first and pinned: this resolves to the CPU wheel (2.13.0); left to the resolver, an unpinned
 # torch pulls a multi-GB CUDA build. Elsewhere add --index-url https://download.pytorch.org/whl/cpu.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[test]"
+# PLATFORM_BENCH_PEERS=1 adds the benchmark peers (datatrove, trafilatura, rensa, ...), so that CI
+# also runs the benchmark smoke tests; they are never runtime dependencies.
+extras="test"
+[ "${PLATFORM_BENCH_PEERS:-0}" = 1 ] && extras="test,bench"
+.venv/bin/pip install -q -e ".[$extras]"
 
 if [ ! -x .venv-dvc/bin/dvc ]; then
   "$PY" -m venv .venv-dvc
