@@ -6,10 +6,10 @@ import time
 
 import pyarrow as pa
 import pytest
+from document_batches import documents_batch
 
 from platform_assets.cleaning.language_id import LanguageFilter, LanguageIdentifier
 from platform_assets.cleaning.settings import LanguageSettings
-from platform_assets.schema import DOCUMENTS_SCHEMA
 
 SENTENCES = {
     "en": "The library opens at nine in the morning and closes late on Thursdays, "
@@ -51,20 +51,7 @@ def identifier() -> LanguageIdentifier:
 
 
 def batch(texts) -> pa.RecordBatch:
-    n = len(texts)
-    return pa.RecordBatch.from_pydict(
-        {
-            "id": [f"d{i}" for i in range(n)],
-            "source": ["s"] * n,
-            "text": texts,
-            "modality": ["text"] * n,
-            "uri": ["u"] * n,
-            "license": [None] * n,
-            "meta": [None] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
+    return documents_batch(texts)
 
 
 @pytest.mark.parametrize("lang", sorted(SENTENCES))

@@ -7,28 +7,15 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from document_batches import documents_batch
 
 from platform_assets.cleaning.html_extract import HtmlExtract
 from platform_assets.cleaning.normalize import Normalize, normalize_text
 from platform_assets.cleaning.settings import HtmlSettings, NormalizeSettings
-from platform_assets.schema import DOCUMENTS_SCHEMA
 
 
 def batch(texts, modalities=None) -> pa.RecordBatch:
-    n = len(texts)
-    return pa.RecordBatch.from_pydict(
-        {
-            "id": [f"d{i}" for i in range(n)],
-            "source": ["src"] * n,
-            "text": texts,
-            "modality": modalities or ["text"] * n,
-            "uri": ["u"] * n,
-            "license": [None] * n,
-            "meta": [None] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
+    return documents_batch(texts, modalities=modalities, source="src")
 
 
 NFC = NormalizeSettings()

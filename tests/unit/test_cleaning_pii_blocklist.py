@@ -7,28 +7,15 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from document_batches import documents_batch
 
 from platform_assets.cleaning.blocklist import Blocklist, BlocklistFilter, read_terms
 from platform_assets.cleaning.pii import PiiRedact, Redactor, is_card_number, luhn_valid, redact
 from platform_assets.cleaning.settings import BlocklistSettings, PiiSettings
-from platform_assets.schema import DOCUMENTS_SCHEMA
 
 
 def batch(texts) -> pa.RecordBatch:
-    n = len(texts)
-    return pa.RecordBatch.from_pydict(
-        {
-            "id": [f"d{i}" for i in range(n)],
-            "source": ["s"] * n,
-            "text": texts,
-            "modality": ["text"] * n,
-            "uri": ["u"] * n,
-            "license": [None] * n,
-            "meta": [None] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
+    return documents_batch(texts)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import time
 import pyarrow as pa
 import pytest
 import yaml
+from document_batches import documents_batch
 from pydantic import ValidationError
 
 from platform_assets.cleaning import EXCLUSIONS_SCHEMA, CleaningPipeline, CleaningSettings, build_pipeline
@@ -41,19 +42,8 @@ HTML = (
 
 def batch(texts, modalities=None, prefix="d") -> pa.RecordBatch:
     n = len(texts)
-    return pa.RecordBatch.from_pydict(
-        {
-            "id": [f"{prefix}{i}" for i in range(n)],
-            "source": ["s"] * n,
-            "text": texts,
-            "modality": modalities or ["text"] * n,
-            "uri": [f"u{i}" for i in range(n)],
-            "license": ["cc-by"] * n,
-            "meta": ["{}"] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
+    return documents_batch(texts, modalities=modalities, id_prefix=prefix, uris=[f"u{i}" for i in range(n)],
+                           license="cc-by", meta="{}")
 
 
 @pytest.fixture(scope="module")

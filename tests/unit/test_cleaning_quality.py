@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 import pytest
+from document_batches import documents_batch
 
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality_rules import (
@@ -41,7 +42,6 @@ from platform_assets.cleaning.settings import (
     LengthSettings,
     preset,
 )
-from platform_assets.schema import DOCUMENTS_SCHEMA
 
 SENTENCES = [
     "The committee met on Tuesday to discuss the new budget for the regional library network.",
@@ -478,20 +478,7 @@ def test_custom_rules():
 
 
 def batch(texts, langs, modalities=None) -> pa.RecordBatch:
-    n = len(texts)
-    b = pa.RecordBatch.from_pydict(
-        {
-            "id": [f"d{i}" for i in range(n)],
-            "source": ["s"] * n,
-            "text": texts,
-            "modality": modalities or ["text"] * n,
-            "uri": ["u"] * n,
-            "license": [None] * n,
-            "meta": [None] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
+    b = documents_batch(texts, modalities=modalities)
     return b.append_column("lang", pa.array(langs, pa.string()))
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from document_batches import documents_batch
 
 from platform_assets.cleaning.guard import Guard
 from platform_assets.cleaning.settings import GuardSettings
@@ -15,20 +16,8 @@ from platform_assets.schema import DOCUMENTS_SCHEMA
 
 
 def batch(texts, modalities=None, ids=None, schema=DOCUMENTS_SCHEMA) -> pa.RecordBatch:
-    n = len(texts)
-    return pa.RecordBatch.from_pydict(
-        {
-            "id": ids or [f"d{i}" for i in range(n)],
-            "source": ["src"] * n,
-            "text": texts,
-            "modality": modalities or ["text"] * n,
-            "uri": [f"file://x#{i}" for i in range(n)],
-            "license": [None] * n,
-            "meta": [None] * n,
-            "ingested_at": [None] * n,
-        },
-        schema=schema,
-    )
+    uris = [f"file://x#{i}" for i in range(len(texts))]
+    return documents_batch(texts, modalities=modalities, ids=ids, source="src", uris=uris, schema=schema)
 
 
 class Shout(DocumentStep):
