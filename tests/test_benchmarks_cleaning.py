@@ -16,8 +16,11 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmark_runs import figures as _figures  # noqa: E402
+from benchmark_runs import run as _run  # noqa: E402
+
 from benchmarks import boilerplate_extraction, cleaning_quality_rules, langid_accuracy  # noqa: E402
-from benchmarks.harness import BenchmarkError, get_benchmark, run_benchmark  # noqa: E402
+from benchmarks.harness import BenchmarkError  # noqa: E402
 
 
 def _needs(*modules: str):
@@ -25,14 +28,6 @@ def _needs(*modules: str):
     return pytest.mark.skipif(bool(missing), reason=f"bench extra not installed: {', '.join(missing)}")
 
 
-def _figures(result: dict) -> dict[str, dict]:
-    return {row["metric"]: row for row in result["summary"]}
-
-
-def _run(name: str, corpus: Path, work: Path) -> dict:
-    result = run_benchmark(get_benchmark(name), corpus, 1, work)
-    assert list(work.iterdir()) == []  # run directories are cleaned up
-    return result
 
 
 SENTENCES = [

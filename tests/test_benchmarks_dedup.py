@@ -14,8 +14,11 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmark_runs import figures as _figures  # noqa: E402
+from benchmark_runs import run as _run  # noqa: E402
+
 from benchmarks import dedup_quality, dedup_scaling, minhash_signatures  # noqa: E402
-from benchmarks.harness import BenchmarkError, get_benchmark, run_benchmark  # noqa: E402
+from benchmarks.harness import BenchmarkError  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(400)] + ["Straße", "naïve", "日本語", "ΣΟΦΙΑ", "don't", "x_y"]
 
@@ -58,14 +61,6 @@ def _write_jsonl(path: Path, prefix: str, texts: list[str], source: str) -> None
                                 "lang": None, "text": t}) + "\n")
 
 
-def _figures(result: dict) -> dict[str, dict]:
-    return {row["metric"]: row for row in result["summary"]}
-
-
-def _run(name: str, corpus: Path, work: Path) -> dict:
-    result = run_benchmark(get_benchmark(name), corpus, 1, work)
-    assert list(work.iterdir()) == []  # run directories are cleaned up
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,9 @@ HTML = (
 )
 
 
+# CleaningSettings' documented order: filters first, redaction last
+STEP_ORDER = ["guard", "html", "normalize", "language", "quality", "blocklist", "pii"]
+
 def batch(texts, modalities=None, prefix="d") -> pa.RecordBatch:
     n = len(texts)
     return documents_batch(texts, modalities=modalities, id_prefix=prefix, uris=[f"u{i}" for i in range(n)],
@@ -110,15 +113,7 @@ def test_funnel_counts_equal_the_exclusion_records_over_several_batches(pipeline
     assert exclusion_counts(table) == funnel.removed_by_rule()
     assert funnel.bytes_in == funnel.bytes_out + funnel.bytes_removed + funnel.bytes_rewritten
     d = funnel.to_dict()
-    assert [s["step"] for s in d["steps"]] == [
-        "guard",
-        "html",
-        "normalize",
-        "language",
-        "quality",
-        "blocklist",
-        "pii",
-    ]
+    assert [s["step"] for s in d["steps"]] == STEP_ORDER
     assert d["removal_rate"] == pytest.approx(table.num_rows / docs_in, abs=1e-6)
     md = funnel.to_markdown()
     assert md.splitlines()[2] == f"| **in** | {docs_in} | {bytes_in} |"
@@ -226,15 +221,7 @@ def test_settings_parse_from_yaml_and_build_the_configured_steps():
     assert isinstance(s.quality[1], GopherQualitySettings) and s.quality[1].min_doc_words == 30
     assert s.quality[1].max_doc_words == 100_000  # the rest stay published
     p = build_pipeline(s)
-    assert [st.name for st in p.steps] == [
-        "guard",
-        "html",
-        "normalize",
-        "language",
-        "quality",
-        "blocklist",
-        "pii",
-    ]
+    assert [st.name for st in p.steps] == STEP_ORDER
     r = p.process_batch(batch(["mail a@example.com or call +44 20 7946 0958. " + PROSE]))
     assert r.kept.column("text").to_pylist()[0].startswith("mail [EMAIL] or call [PHONE].")
 
