@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.ingest.chat import ChatFields
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
 
@@ -72,6 +73,8 @@ class JsonlSource(_FileSource):
     format: Literal["jsonl"]
     text_field: str = "text"
     meta_fields: list[str] | None = None
+    chat: ChatFields | None = None
+    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
     """Fields kept in `meta`; None keeps every field except the text."""
 
 
@@ -105,6 +108,8 @@ class HuggingFaceSource(_SourceBase):
     split: str = "train"
     text_field: str = "text"
     meta_fields: list[str] | None = None
+    chat: ChatFields | None = None
+    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
     streaming: bool = True
     """Hub ids and local data directories load through `load_dataset(..., streaming=True)`; a
     directory written by `save_to_disk` loads through `load_from_disk`."""

@@ -69,6 +69,7 @@ class QuarantineReason:
     RAGGED_CSV_ROW = "ragged_csv_row"
     MALFORMED_CSV = "malformed_csv"
     DOCUMENT_TOO_LARGE = "document_too_large"
+    INVALID_CHAT = "invalid_chat"
 
     @classmethod
     def all(cls) -> list[str]:

@@ -12,6 +12,15 @@ import pyarrow.fs as pafs
 from platform_assets.schema import QUARANTINE_SCHEMA, text_sample
 
 
+class Rejected(Exception):
+    """A record that cannot become a document; carries the quarantine reason."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
 class Record(NamedTuple):
     """One accepted document before it gets its id: readers yield these, the writer batches them."""
 

@@ -371,3 +371,47 @@ def test_every_quarantine_reason_is_exercised_by_this_module():
 
     source = Path(__file__).read_text()
     assert [r for r in QuarantineReason.all() if f'"{r}"' not in source] == []
+
+
+def test_chat_sources_normalise_messages_and_instruction_columns(tmp_path, write_config, storage):
+    import datasets
+
+    src = tmp_path / "sft"
+    src.mkdir()
+    rows = [
+        {"id": 1, "conversations": [{"from": "human", "value": "Hi?"}, {"from": "gpt", "value": "Hello."}]},
+        {"id": 2, "conversations": [{"role": "user", "content": "2+2?"}, {"role": "wizard", "content": "4"}]},
+        {"id": 3, "conversations": [{"role": "user", "content": "only a question"}]},
+        {"id": 4, "conversations": "not a list"},
+    ]
+    (src / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    datasets.Dataset.from_dict({"instruction": ["Name a prime.", "Say nothing."], "input": ["below 5", ""],
+                                "output": ["3", " "]}).save_to_disk(str(tmp_path / "alpaca"))
+    cfg = write_config([
+        {"name": "sft", "format": "jsonl", "path": str(src), "chat": {"messages_field": "conversations"}},
+        {"name": "alpaca", "format": "hf", "path": str(tmp_path / "alpaca"),
+         "chat": {"prompt_field": "instruction", "input_field": "input", "response_field": "output"}},
+    ])
+    ingest_source(cfg, "sft", storage, "raw_documents/sft")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/sft")
+    assert docs["text"].to_pylist() == ["user: Hi?\n\nassistant: Hello."]
+    assert json.loads(docs["meta"][0].as_py()) == {
+        "id": 1, "messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+    details = dict(zip(quarantine["uri"].to_pylist(), quarantine["detail"].to_pylist(), strict=True))
+    assert set(quarantine["reason"].to_pylist()) == {"invalid_chat"}
+    assert "unknown role 'wizard'" in details[f"{src}/chat.jsonl#line=2"]
+    assert "no assistant turn" in details[f"{src}/chat.jsonl#line=3"]
+    assert "not a non-empty list" in details[f"{src}/chat.jsonl#line=4"]
+
+    ingest_source(cfg, "alpaca", storage, "raw_documents/alpaca")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/alpaca")
+    assert json.loads(docs["meta"][0].as_py())["messages"] == [
+        {"role": "user", "content": "Name a prime.\n\nbelow 5"}, {"role": "assistant", "content": "3"}]
+    assert quarantine["reason"].to_pylist() == ["invalid_chat"]  # a blank answer is nothing to train on
+
+
+def test_chat_config_needs_one_shape(write_config, tmp_path):
+    from platform_assets.config import ConfigError
+
+    with pytest.raises(ConfigError, match="chat: Value error, set messages_field, or both prompt_field"):
+        write_config([{"name": "s", "format": "jsonl", "path": str(tmp_path), "chat": {"prompt_field": "q"}}])

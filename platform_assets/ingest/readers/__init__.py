@@ -86,7 +86,7 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator
         with open(file.path, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            yield from read_jsonl(ctx, file, mapped, src.text_field, src.meta_fields)
+            yield from read_jsonl(ctx, file, mapped, src.text_field, src.meta_fields, chat=src.chat)
         finally:
             try:
                 mapped.close()
@@ -95,7 +95,7 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator
         return
     with open_stream(ctx.fs, file.path) as stream:
         if isinstance(src, JsonlSource):
-            yield from read_jsonl(ctx, file, stream, src.text_field, src.meta_fields)
+            yield from read_jsonl(ctx, file, stream, src.text_field, src.meta_fields, chat=src.chat)
         elif isinstance(src, CsvSource):
             yield from read_csv(ctx, file, stream, src.text_field, src.meta_fields, src.delimiter)
         elif isinstance(src, TextSource):

@@ -6,16 +6,10 @@ from typing import Any
 
 import orjson
 
+from platform_assets.ingest.records import Rejected
 from platform_assets.schema import QuarantineReason
 
-
-class Rejected(Exception):
-    """A record that cannot become a document; carries the quarantine reason."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+__all__ = ["Rejected", "extract_text", "meta_json"]
 
 
 def _json_default(value: Any) -> str:
@@ -36,7 +30,7 @@ def extract_text(record: dict[str, Any], text_field: str) -> str:
     return text
 
 
-def meta_json(record: dict[str, Any], text_field: str, meta_fields: list[str] | None) -> str | None:
+def meta_json(record: dict[str, Any], text_field: str | None, meta_fields: list[str] | None) -> str | None:
     """The record's other non-null fields as a JSON object with sorted keys (None when none).
 
     Null fields are left out and keys sorted so that a record gives the same meta whichever reader

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 
 from platform_assets.config import HuggingFaceSource
+from platform_assets.ingest.chat import chat_record
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.records import QuarantineSink, Record
 
@@ -52,6 +53,10 @@ def read_huggingface(
             uri = f"{base}#row={row + i}"
             record = {c: batch[c][i] for c in columns}
             try:
+                if src.chat is not None:
+                    text, meta = chat_record(record, src.chat, src.meta_fields)
+                    yield Record(text, uri, meta_json(meta, None, None), mtime_s)
+                    continue
                 text = extract_text(record, src.text_field)
                 yield Record(text, uri, meta_json(record, src.text_field, src.meta_fields), mtime_s)
             except Rejected as rej:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from platform_assets.ingest.chat import ChatFields, chat_record
 from platform_assets.ingest.file_io import block_lines, iter_line_blocks, iter_mapped_line_blocks
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.records import ReadContext, Record, RecordBlock
@@ -106,11 +107,14 @@ def _any_blank(text: pa.Array) -> bool:
 
 
 def read_jsonl(
-    ctx: ReadContext, file: FileEntry, stream, text_field: str, meta_fields: list[str] | None, fast: bool = True
+    ctx: ReadContext, file: FileEntry, stream, text_field: str, meta_fields: list[str] | None, fast: bool = True,
+    chat: ChatFields | None = None,
 ) -> Iterator[Record | RecordBlock]:
-    """`stream`: a pyarrow input stream, or an mmap of a local uncompressed file (zero-copy blocks)."""
+    """`stream`: a pyarrow input stream, or an mmap of a local uncompressed file (zero-copy blocks).
+    With `chat`, every line is a conversation (per-line path: instruction data is small)."""
     base = ctx.uri(file.path)
     mtime = ctx.mtime(file.mtime_s)
+    fast = fast and chat is None
     parser = ArrowJsonBlockParser(text_field, meta_fields) if fast and _is_utf8(ctx.encoding) else None
     blocks = (iter_mapped_line_blocks(stream, ctx.max_document_bytes) if isinstance(stream, mmap.mmap)
               else iter_line_blocks(stream, ctx.max_document_bytes))
@@ -130,7 +134,7 @@ def read_jsonl(
             )
             continue
         for i, line in enumerate(block_lines(bytes(block))):
-            rec = _parse_line(ctx, line, f"{base}#line={first + i}", text_field, meta_fields, mtime)
+            rec = _parse_line(ctx, line, f"{base}#line={first + i}", text_field, meta_fields, mtime, chat)
             if rec is not None:
                 yield rec
 
@@ -140,7 +144,8 @@ def _is_utf8(encoding: str) -> bool:
 
 
 def _parse_line(
-    ctx: ReadContext, line: bytes, uri: str, text_field: str, meta_fields: list[str] | None, mtime: int | None
+    ctx: ReadContext, line: bytes, uri: str, text_field: str, meta_fields: list[str] | None, mtime: int | None,
+    chat: ChatFields | None = None,
 ) -> Record | None:
     if not line or line.isspace():
         return None
@@ -164,6 +169,9 @@ def _parse_line(
         ctx.quarantine.add(uri, Q.NOT_A_JSON_OBJECT, f"a JSON {type(obj).__name__}, not an object", line)
         return None
     try:
+        if chat is not None:
+            text, meta = chat_record(obj, chat, meta_fields)
+            return Record(text, uri, meta_json(meta, None, None), mtime)
         return Record(extract_text(obj, text_field), uri, meta_json(obj, text_field, meta_fields), mtime)
     except Rejected as rej:
         ctx.quarantine.add(uri, rej.reason, rej.detail, line)
