@@ -118,6 +118,22 @@ def write_sample_corpus(out: Path = DEFAULT_OUT) -> dict[str, int]:
     firsts = [d["text"].strip().split("\n\n")[0].replace("\n", " ") for d in handbook]
     files[Path("notes/handbook-first-paragraphs.txt")] = ("\n".join(firsts) + "\n").encode()
 
+    # sft: instruction data (ShareGPT-style conversations) built from handbook sections: the user quotes
+    # a section's paragraph (the first is the page's navigation), the assistant answers with the next
+    # two; one row has a role no chat template knows (quarantined as invalid_chat)
+    chats = []
+    for d in handbook:
+        paragraphs = [p.strip() for p in d["text"].split("\n\n") if len(p.strip()) > 80][1:]
+        if len(paragraphs) < 3:
+            continue
+        chats.append({"conversations": [
+            {"from": "system", "value": "You are a careful assistant for Debian system administrators."},
+            {"from": "human", "value": f"Continue this section of the Debian handbook:\n\n{paragraphs[0]}"},
+            {"from": "gpt", "value": "\n\n".join(paragraphs[1:3])},
+        ], "path": d["path"]})
+    chats.append({"conversations": [{"from": "narrator", "value": "an unknown role"}], "path": "bad-role"})
+    files[Path("sft/handbook-conversations.jsonl")] = _jsonl(chats)
+
     written: dict[str, int] = {}
     for rel, data in sorted(files.items()):
         _write(out / rel, data)

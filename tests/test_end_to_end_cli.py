@@ -55,11 +55,12 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     lines = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.split()}
     for source, raw, quarantined, cleaned in [("docs", "67", "6", "54"), ("kernel", "40", "1", "31"),
                                               ("handbook", "40", "0", "40"), ("pages", "9", "2", "6"),
-                                              ("notes", "40", "0", "40"), ("hub-mirror", "15", "0", "13")]:
+                                              ("notes", "40", "0", "40"), ("sft", "40", "1", "40"),
+                                              ("hub-mirror", "15", "0", "13")]:
         assert lines[source][1:5] == ["ok", raw, quarantined, cleaned], res.stdout
         assert "7/7 checks passed" in " ".join(lines[source]), res.stdout
     # dedup across sources (hub-mirror copies kernel docs; planted copies in docs), then splits
-    assert " ".join(lines["corpus"]).startswith("corpus ok dedup 184 -> 165 documents, split 165 6/6 checks passed")
+    assert " ".join(lines["corpus"]).startswith("corpus ok dedup 224 -> 204 documents, split 204 6/6 checks passed")
     out = tmp / "platform" / "raw_documents"
     first = {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
     everything = {p: p.read_bytes() for p in sorted((tmp / "platform").rglob("*.parquet"))}
