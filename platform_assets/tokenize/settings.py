@@ -1,0 +1,156 @@
+"""Config of the tokenizer and tokenization stages: the `tokenizer:` and `tokenize:` keys.
+
+`tokenizer:` says where the tokenizer comes from (trained on the train split, or a pretrained one
+loaded offline), its special tokens, its chat template and whether documents get BOS/EOS; those
+choices travel with the saved tokenizer (`tokenizer_artifact.json`), so `tokenize:` only says what
+to do with long documents and how big the batches are.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+GENERATION_TAG_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_TRAINING_FIELDS = ("algorithm", "vocab_size", "min_frequency", "max_train_bytes", "max_train_documents")
+BYTE_ALPHABET_SIZE = 256  # every algorithm trains on the byte-level alphabet (see tokenizer_build.py)
+
+
+class _Strict(BaseModel):
+    # Same contract as config.py's models: unknown keys are errors, values are immutable.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SpecialTokens(_Strict):
+    """Special token strings. A trained tokenizer gets exactly these (ids 0..k-1, in the order eos,
+    pad, bos, unk, chat_start, chat_end). A pretrained one keeps the tokens it declares itself; for a
+    role it does not declare, the string here is used if the vocabulary has it (GPT-2's bare
+    tokenizer.json declares nothing and has `<|endoftext|>`), else pad falls back to eos and bos to
+    none; the two ChatML tokens are added when the vocabulary lacks them."""
+
+    eos: str = "<|endoftext|>"
+    pad: str | None = "<|pad|>"
+    """None: pad = eos (a separate pad id is not needed: the shard format masks padding by length)."""
+    bos: str | None = None
+    unk: str | None = None
+    """None: `<|unk|>` for unigram and wordpiece (their models need one; byte-level input never
+    produces it), none for bpe."""
+    chat_start: str = "<|im_start|>"
+    chat_end: str = "<|im_end|>"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SpecialTokens:
+        named = [(k, v) for k, v in self.model_dump().items() if v is not None]
+        for key, value in named:
+            if not value:
+                raise ValueError(f"special_tokens.{key} is empty")
+        seen: dict[str, str] = {}
+        for key, value in named:
+            if value in seen:
+                raise ValueError(f"special_tokens.{key} and special_tokens.{seen[value]} are both {value!r}: "
+                                 "give each role its own token (pad: null means pad = eos)")
+            seen[value] = key
+        return self
+
+
+class TokenizerSettings(_Strict):
+    source: Literal["train", "pretrained"] = "train"
+    """`train`: train on the text of the train split; `pretrained`: load `path` offline."""
+    path: str | None = None
+    """pretrained only: a directory written by `save_pretrained`, a tokenizer.json file, or a hub id
+    already in the local Hugging Face cache (never downloaded). Absolute (the config layer resolves
+    relative paths)."""
+    algorithm: Literal["bpe", "unigram", "wordpiece"] = "bpe"
+    """All three train on the byte-level alphabet (GPT-2's pre-tokenizer), so any UTF-8 text encodes
+    without unknown tokens and decodes back exactly. `bpe` and `wordpiece` train reproducibly
+    (byte-identical tokenizer.json for the same texts); `unigram` does not: tokenizers' Unigram
+    trainer sums its EM statistics in the order of a randomly seeded hash map, so piece scores differ
+    in the second decimal from run to run. Use it only with a pinned artifact (train once, then load
+    it with source: pretrained)."""
+    vocab_size: Annotated[int, Field(gt=BYTE_ALPHABET_SIZE)] = 8192
+    """Including the special tokens and the 256 byte symbols."""
+    min_frequency: Annotated[int, Field(ge=1)] = 2
+    """bpe/wordpiece: a merge must occur at least this often in the training text."""
+    max_train_bytes: Annotated[int, Field(gt=0)] | None = 256 * 2**20
+    """Cap on training text (UTF-8 bytes). BPE training on 2 cores runs ~4 MB/s (20 MB: 5.5 s), so
+    256 MiB is about a minute; a larger train split is sampled (below)."""
+    max_train_documents: Annotated[int, Field(gt=0)] | None = None
+    """Cap on training documents. When a cap bites, the documents taken are those with the smallest
+    hash of their id (xxh3, seed 0): a uniform sample across sources, independent of part order."""
+    special_tokens: SpecialTokens = SpecialTokens()
+    chat_template: str | None = None
+    """Jinja chat template for documents whose meta holds `messages`. None: ChatML
+    (`<|im_start|>role\\ncontent<|im_end|>\\n`) with each assistant message's content and its
+    `<|im_end|>` inside `{% generation %}...{% endgeneration %}`, which is what the loss mask counts.
+    A custom template must mark what the loss counts the same way. It replaces a pretrained
+    tokenizer's own template (most hub templates have no generation markers, so no mask)."""
+    add_bos: bool = False
+    """Prepend BOS to every document (needs a bos token). Not for a chat document whose rendering
+    already starts with it (templates that write `{{ bos_token }}` themselves)."""
+    add_eos: bool = True
+    """Append EOS to every document: packing lays documents end to end, and EOS is the boundary."""
+    roundtrip_sample: Annotated[int, Field(ge=0)] = 1000
+    """Documents checked for decode(encode(text)) == text and measured for bytes per token: those
+    with the smallest id hash over all splits (deterministic, spread across sources)."""
+    roundtrip_max_chars: Annotated[int, Field(gt=0)] = 65_536
+    """Each sampled document is cut to this many characters: bounds the check's memory (the corpus
+    p99 is 58 KB; cleaning allows 4 MiB)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TokenizerSettings:
+        if self.source == "pretrained":
+            if not self.path:
+                raise ValueError("tokenizer.path is required when tokenizer.source is 'pretrained'")
+            stray = sorted(set(_TRAINING_FIELDS) & self.model_fields_set)
+            if stray:
+                raise ValueError(f"tokenizer.{stray[0]}: only used when tokenizer.source is 'train'")
+        elif self.path is not None:
+            raise ValueError("tokenizer.path: only read when tokenizer.source is 'pretrained'")
+        if self.source == "train":
+            if self.add_bos and self.special_tokens.bos is None:
+                raise ValueError("tokenizer.add_bos needs tokenizer.special_tokens.bos")
+            floor = BYTE_ALPHABET_SIZE + len(self.special_token_list())
+            if self.vocab_size <= floor:
+                raise ValueError(f"tokenizer.vocab_size {self.vocab_size} leaves no room for merges: "
+                                 f"the byte alphabet and special tokens take {floor}")
+        if self.chat_template is not None and not GENERATION_TAG_RE.search(self.chat_template):
+            raise ValueError("tokenizer.chat_template has no {% generation %} block: the loss mask of chat "
+                             "documents is what the template marks as generated")
+        return self
+
+    def unk_token(self) -> str | None:
+        if self.special_tokens.unk is not None:
+            return self.special_tokens.unk
+        return "<|unk|>" if self.algorithm in ("unigram", "wordpiece") else None
+
+    def special_token_list(self) -> list[str]:
+        """The special tokens a trained tokenizer gets, in id order."""
+        st = self.special_tokens
+        ordered = [st.eos, st.pad, st.bos, self.unk_token(), st.chat_start, st.chat_end]
+        return [t for t in ordered if t is not None]
+
+
+class TokenizeSettings(_Strict):
+    max_length: Annotated[int, Field(gt=0)] | None = None
+    """Longest row in tokens (BOS and EOS included). None: no limit."""
+    overlong: Literal["keep", "truncate", "chunk"] = "keep"
+    """A document longer than max_length is kept whole (and counted), truncated to its first
+    max_length tokens (a truncated document has no EOS: it did not end there), or cut into
+    consecutive max_length pieces, one row each with `chunk` = 0, 1, 2, ..."""
+    batch_rows: Annotated[int, Field(gt=0)] = 8192
+    """Documents read per record batch; one output row group per (split, source) and batch or so."""
+    encode_slice_bytes: Annotated[int, Field(gt=0)] = 4 * 2**20
+    """UTF-8 bytes of text per call to the Rust tokenizer (two calls run at once). Its Encoding
+    objects cost ~71 bytes per token while they live (GPT-2, measured), i.e. ~120 MB for 4 MiB of
+    multilingual text at 2.5 bytes/token; a whole 8,192-document batch of up to 64 MiB would need
+    ~2 GB. 2 MiB: 6% slower, 35 MB less; 8 MiB: as fast, 255 MB more. On top, the
+    document being encoded costs ~130 bytes per byte of its text inside tokenizers (a 3.7 MB
+    Debian changelog: +476 MB), which cleaning's 4 MiB document cap bounds."""
+
+    @model_validator(mode="after")
+    def _needs_length(self) -> TokenizeSettings:
+        if self.overlong != "keep" and self.max_length is None:
+            raise ValueError(f"tokenize.overlong: {self.overlong!r} needs tokenize.max_length")
+        return self

@@ -1,0 +1,306 @@
+"""The tokenizer and tokenize stages over stored outputs.
+
+`build_tokenizer`: pass 1 over the dataset_splits output reads id, split and text, to size the
+train split and pick the round-trip sample; pass 2 (training only) streams the chosen train
+texts into the trainer. The tokenizer directory is staged and committed atomically.
+
+`tokenize_outputs`: streams the split output through `DocumentEncoder` and writes one part
+sequence per (split, source): `<split>/<source>/part-NNNNN.parquet`, rows in input order, the
+chunks of a document consecutive. The packing stage reads one set at a time
+(`read_batches(storage, f"{rel}/train/web")`) and a reader of the whole directory gets the sets in
+(split, source) order. Same input, tokenizer and settings -> byte-identical parts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA
+from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
+from platform_assets.splits.assignment import id_unit_interval
+from platform_assets.storage import StagedDir, Storage
+from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
+from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
+from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
+from platform_assets.tokenize.tokenizer_build import (
+    TokenizerSanity,
+    load_pretrained,
+    make_artifact,
+    sanity_report,
+    saved_files,
+    train_tokenizer,
+)
+
+EXCLUSIONS_FILE = "_exclusions.parquet"
+TRAIN_SPLIT = "train"
+# Salt of the id hash that picks training and sample documents. Not the split seed: with the same
+# hash, the smallest hashes would all be train documents (u < 0.98 is train).
+SAMPLE_SEED = 0x746F6B  # "tok"
+ROW_GROUP_BYTES = 64 * 2**20
+"""A (split, source) set's pending rows are written as one row group once they reach this size
+(or the batch size in rows)."""
+PENDING_BYTES = 256 * 2**20
+"""Rows held back across all sets; above it the largest pending set is written. Bounds memory
+whatever the number of sources (3 splits x 20 sources would otherwise hold 60 row groups)."""
+
+
+# -- the tokenizer ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenizerBuildResult:
+    source: str
+    vocab_size: int
+    special_tokens: dict[str, dict[str, Any]]
+    """role -> {token, id}."""
+    tokenizer_sha256: str
+    train_documents: int
+    train_bytes: int
+    sanity: TokenizerSanity
+    """Round trip, bytes per token, special-token problems (the asset checks)."""
+    files: dict[str, dict[str, object]]
+
+
+class _SmallestHashes:
+    """The `n` (hash, id, text) with the smallest hashes seen so far: a deterministic sample that
+    does not depend on part order or on where a source's documents sit."""
+
+    def __init__(self, n: int, max_chars: int):
+        self.n, self.max_chars = n, max_chars
+        self.items: list[tuple[float, str, str]] = []
+
+    def add(self, u: np.ndarray, ids: pa.Array, text: pa.Array) -> None:
+        if self.n == 0:
+            return
+        cutoff = self.items[-1][0] if len(self.items) == self.n else np.inf
+        cand = np.flatnonzero(u < cutoff)
+        cand = cand[np.argsort(u[cand], kind="stable")[: self.n]]
+        if not len(cand):
+            return
+        take = pa.array(cand, pa.int64())
+        texts = text.take(take).to_pylist()
+        new = [(float(u[i]), d, (t or "")[: self.max_chars])
+               for i, d, t in zip(cand.tolist(), ids.take(take).to_pylist(), texts, strict=True)]
+        self.items = sorted(self.items + new)[: self.n]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(d, t) for _, d, t in self.items]
+
+
+def _documents(storage: Storage, rel: str,
+               batch_rows: int) -> Iterator[tuple[np.ndarray, pa.Array, pa.Array, pa.Array]]:
+    """(id hash, id, split, text) per record batch of the split output."""
+    for batch in read_batches(storage, rel, ["id", "split", "text"], batch_rows):
+        ids = batch.column("id")
+        yield id_unit_interval(ids, SAMPLE_SEED), ids, batch.column("split"), batch.column("text")
+
+
+def _train_threshold(u: np.ndarray, sizes: np.ndarray, settings: TokenizerSettings) -> float:
+    """The largest id hash of the training sample: train documents in hash order until a cap."""
+    order = np.argsort(u, kind="stable")
+    take = len(order)
+    if settings.max_train_documents is not None:
+        take = min(take, settings.max_train_documents)
+    if settings.max_train_bytes is not None:
+        within = int(np.searchsorted(np.cumsum(sizes[order]), settings.max_train_bytes, side="right"))
+        take = min(take, max(within, 1))  # at least one document, however large
+    return float(u[order[take - 1]]) if take < len(order) else np.inf
+
+
+def build_tokenizer(
+    storage: Storage,
+    splits_rel: str,
+    out_rel: str,
+    settings: TokenizerSettings,
+    batch_rows: int = 8192,
+) -> TokenizerBuildResult:
+    """Train (or load) the tokenizer, check it on a sample of the split output, and commit its
+    directory at `out_rel`. Raises ValueError on bad input (no documents, no train split, a path
+    that cannot be loaded, a tokenizer without an eos token)."""
+    if output_schema(storage, splits_rel) is None:
+        raise ValueError(f"no documents under {splits_rel}: the tokenizer is built from the dataset_splits output")
+    sample = _SmallestHashes(settings.roundtrip_sample, settings.roundtrip_max_chars)
+    train_u: list[np.ndarray] = []
+    train_sizes: list[np.ndarray] = []
+    for u, ids, split, text in _documents(storage, splits_rel, batch_rows):
+        sample.add(u, ids, text)
+        if settings.source == "train":
+            is_train = pc.equal(split, TRAIN_SPLIT).fill_null(False).to_numpy(zero_copy_only=False)
+            train_u.append(u[is_train])
+            train_sizes.append(pc.binary_length(text).fill_null(0).to_numpy(zero_copy_only=False)[is_train])
+
+    info: dict[str, Any] = {}
+    train_docs = train_bytes = 0
+    if settings.source == "train":
+        all_u = np.concatenate(train_u) if train_u else np.zeros(0)
+        if not len(all_u):
+            raise ValueError(f"no {TRAIN_SPLIT!r} documents under {splits_rel} to train the tokenizer on")
+        sizes = np.concatenate(train_sizes).astype(np.int64)
+        threshold = _train_threshold(all_u, sizes, settings)
+        chosen = all_u <= threshold
+        train_docs, train_bytes = int(chosen.sum()), int(sizes[chosen].sum())
+
+        def texts() -> Iterator[list[str]]:
+            for u, _, split, text in _documents(storage, splits_rel, batch_rows):
+                pick = pc.and_(pc.equal(split, TRAIN_SPLIT).fill_null(False), pa.array(u <= threshold))
+                chunk = text.filter(pick).to_pylist()
+                if chunk:
+                    yield chunk
+
+        tokenizer = train_tokenizer(texts(), settings)
+        declared: dict[str, str] = {}
+        info = {"algorithm": settings.algorithm, "vocab_size_requested": settings.vocab_size,
+                "min_frequency": settings.min_frequency, "train_documents": train_docs, "train_bytes": train_bytes}
+    else:
+        tokenizer, declared = load_pretrained(settings.path or "")
+    artifact = make_artifact(tokenizer, settings, declared, info)
+    files = saved_files(artifact)
+    sanity = sanity_report(artifact, sample.pairs())
+    with storage.staged_dir(out_rel) as staged:
+        for name, data in sorted(files.items()):
+            staged.write_bytes(name, data)
+    return TokenizerBuildResult(
+        source=settings.source, vocab_size=artifact.vocab_size, special_tokens=artifact.to_json()["special_tokens"],
+        tokenizer_sha256=artifact.tokenizer_sha256, train_documents=train_docs, train_bytes=train_bytes,
+        sanity=sanity, files=staged.manifest,
+    )
+
+
+# -- the tokenized documents ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenizeStageResult:
+    rows: int
+    documents: int
+    tokens: int
+    loss_tokens: int
+    sets: list[dict[str, Any]]
+    """Per (split, source), sorted: split, source, dir (relative to the output), rows, documents,
+    tokens, loss_tokens."""
+    stats: EncodeStats
+    """Overlong, truncated and chunked documents, dropped chunks, exclusions per rule."""
+    exclusions: int
+    tokenizer_sha256: str
+    schema: pa.Schema
+    parts: list[str]
+    files: dict[str, dict[str, object]]
+
+
+class _SetWriters:
+    """One PartWriter per (split, source), fed through small per-set buffers so that each write is
+    a row group of a useful size rather than one batch's share of a set."""
+
+    def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str, part_max_bytes: int,
+                 flush_rows: int):
+        self.staged, self.schema = staged, schema
+        self.compression, self.part_max_bytes, self.flush_rows = compression, part_max_bytes, flush_rows
+        self.writers: dict[tuple[str, str], PartWriter] = {}
+        self.pending: dict[tuple[str, str], list[pa.RecordBatch]] = defaultdict(list)
+        self.pending_bytes: dict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, key: tuple[str, str], batch: pa.RecordBatch) -> None:
+        self.pending[key].append(batch)
+        self.pending_bytes[key] += batch.nbytes
+        rows = sum(b.num_rows for b in self.pending[key])
+        if rows >= self.flush_rows or self.pending_bytes[key] >= ROW_GROUP_BYTES:
+            self._flush(key)
+        while sum(self.pending_bytes.values()) > PENDING_BYTES:
+            self._flush(max(self.pending_bytes, key=lambda k: (self.pending_bytes[k], k)))
+
+    def _flush(self, key: tuple[str, str]) -> None:
+        batches = self.pending.pop(key, [])
+        self.pending_bytes.pop(key, None)
+        if not batches:
+            return
+        if key not in self.writers:
+            split, source = key
+            self.writers[key] = PartWriter(self.staged, self.schema, self.compression, self.part_max_bytes,
+                                           prefix=f"{split}/{source}/part")
+        self.writers[key].write(pa.Table.from_batches(batches, schema=self.schema))
+
+    def close(self) -> list[str]:
+        for key in sorted(self.pending):
+            self._flush(key)
+        parts: list[str] = []
+        for key in sorted(self.writers):
+            parts += self.writers[key].close()
+        return sorted(parts)
+
+    def abort(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+
+
+def _split_by_set(batch: pa.RecordBatch) -> list[tuple[tuple[str, str], pa.RecordBatch]]:
+    """The rows of each (split, source) in `batch`, in their order; sets sorted."""
+    if batch.num_rows == 0:
+        return []
+    # "\x00" never occurs in a split or source name (config.SOURCE_NAME_PATTERN)
+    key = pc.binary_join_element_wise(batch.column("split"), batch.column("source"), "\x00")
+    names = sorted(pc.unique(key).to_pylist())
+    sets = [(tuple(k.split("\x00")), k) for k in names]
+    if len(sets) == 1:
+        return [(sets[0][0], batch)]
+    return [(k, batch.filter(pc.equal(key, name))) for k, name in sets]
+
+
+def tokenize_outputs(
+    storage: Storage,
+    splits_rel: str,
+    tokenizer_rel: str,
+    out_rel: str,
+    settings: TokenizeSettings,
+    batch_rows: int | None = None,
+    compression: str = "zstd",
+    part_max_bytes: int = 512 * 2**20,
+) -> TokenizeStageResult:
+    """Encode every document of the split output with the tokenizer at `tokenizer_rel` and commit
+    the token rows (per (split, source) parts) and `_exclusions.parquet` at `out_rel`.
+    `batch_rows` None: `settings.batch_rows`."""
+    in_schema = output_schema(storage, splits_rel)
+    if in_schema is None:
+        raise ValueError(f"no documents under {splits_rel}: tokenize reads the dataset_splits output")
+    missing = [c for c in ("id", "source", "split", "text") if c not in in_schema.names]
+    if missing:
+        raise ValueError(f"{splits_rel} has no {', '.join(missing)} column (columns: {in_schema.names})")
+    columns = ["id", "source", "split", "text", *(["meta"] if "meta" in in_schema.names else [])]
+    artifact = TokenizerArtifact.load(storage, tokenizer_rel)
+    encoder = DocumentEncoder(artifact, settings)
+    rows_per_batch = batch_rows or settings.batch_rows
+    stats = EncodeStats()
+    per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
+        ("rows", "documents", "tokens", "loss_tokens"), 0))
+    excluded: list[pa.RecordBatch] = []
+    with storage.staged_dir(out_rel) as staged:
+        writers = _SetWriters(staged, encoder.schema, compression, part_max_bytes, rows_per_batch)
+        try:
+            for batch in read_batches(storage, splits_rel, columns, rows_per_batch):
+                encoded = encoder.encode(batch)
+                stats.merge(encoded.stats)
+                if encoded.exclusions.num_rows:
+                    excluded.append(encoded.exclusions)
+                for key, part in _split_by_set(encoded.batch):
+                    counts = per_set[key]
+                    counts["rows"] += part.num_rows
+                    # all chunks of a document are in the batch that read it: distinct per batch adds up
+                    counts["documents"] += pc.count_distinct(part.column("id")).as_py()
+                    counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
+                    counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
+                    writers.add(key, part)
+            parts = writers.close()
+        except BaseException:
+            writers.abort()
+            raise
+        exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
+        write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
+    sets = [{"split": k[0], "source": k[1], "dir": f"{k[0]}/{k[1]}", **v} for k, v in sorted(per_set.items())]
+    return TokenizeStageResult(
+        rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),
+        tokens=sum(s["tokens"] for s in sets), loss_tokens=sum(s["loss_tokens"] for s in sets), sets=sets,
+        stats=stats, exclusions=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,
+        schema=encoder.schema, parts=parts, files=staged.manifest,
+    )

@@ -1,0 +1,142 @@
+"""The saved tokenizer as the tokenize stage uses it: the Rust tokenizer, its special tokens by role,
+the chat template, and whether documents get BOS/EOS.
+
+The tokenizer directory holds what `save_pretrained` writes (tokenizer.json, tokenizer_config.json,
+chat_template.jinja: `AutoTokenizer.from_pretrained(dir)` loads it) plus `tokenizer_artifact.json`,
+the roles and flags this platform needs and transformers has no place for (add_bos/add_eos, the
+ChatML roles). Everything is read through `Storage`, so the directory may live on S3.
+
+Two Rust tokenizers are kept. Chat templates write control tokens as text (`<|im_start|>`), so the
+template path matches special tokens in text; document text is encoded with
+`encode_special_tokens=True`, so a web page or source file that contains `<|endoftext|>` (tokenizer
+code does) gets ordinary tokens for it, never a real EOS in the middle of a document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from platform_assets.storage import Storage
+
+TOKENIZER_FILE = "tokenizer.json"
+ARTIFACT_FILE = "tokenizer_artifact.json"
+ARTIFACT_FORMAT_VERSION = 1
+ROLES = ("eos", "pad", "bos", "unk", "chat_start", "chat_end")
+"""Special-token roles; eos, pad, chat_start and chat_end always have a token, bos and unk may not."""
+REQUIRED_ROLES = ("eos", "pad", "chat_start", "chat_end")
+# transformers' names for the roles it knows: chat templates read them as `{{ eos_token }}` etc.
+TEMPLATE_VARIABLES = {"eos": "eos_token", "pad": "pad_token", "bos": "bos_token", "unk": "unk_token"}
+
+
+@dataclass
+class TokenizerArtifact:
+    tokenizer: Tokenizer
+    """Matches special tokens in text: the chat-template path."""
+    special_tokens: dict[str, str]
+    """Role -> token string, for the roles that have one (see ROLES)."""
+    chat_template: str
+    add_bos: bool
+    add_eos: bool
+    tokenizer_sha256: str = ""
+    """sha256 of tokenizer.json as saved; empty until saved or loaded."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Provenance recorded at build time (source, algorithm, training documents and bytes)."""
+
+    def __post_init__(self) -> None:
+        missing = [r for r in REQUIRED_ROLES if r not in self.special_tokens]
+        if missing:
+            raise ValueError(f"tokenizer artifact has no {', '.join(missing)} token")
+        unknown = sorted(set(self.special_tokens) - set(ROLES))
+        if unknown:
+            raise ValueError(f"tokenizer artifact: unknown special-token roles {unknown} (known: {ROLES})")
+        if self.add_bos and "bos" not in self.special_tokens:
+            raise ValueError("add_bos is set but the tokenizer has no bos token")
+        ids: dict[str, int] = {}
+        for role, token in self.special_tokens.items():
+            tid = self.tokenizer.token_to_id(token)
+            if tid is None:
+                raise ValueError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
+            ids[role] = tid
+        self.special_ids = ids
+        self.text_tokenizer = Tokenizer.from_str(self.tokenizer.to_str())
+        self.text_tokenizer.encode_special_tokens = True
+        # every special added token, longest first: a chat message containing one is refused
+        # (see encode.py), so only the template can put a control token into a sequence
+        self.control_tokens = tuple(sorted(
+            (t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special),
+            key=lambda s: (-len(s), s),
+        ))
+
+    @property
+    def eos_id(self) -> int:
+        return self.special_ids["eos"]
+
+    @property
+    def pad_id(self) -> int:
+        return self.special_ids["pad"]
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.special_ids.get("bos")
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids run 0..vocab_size-1 (added tokens included): what an embedding table needs."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def template_variables(self) -> dict[str, str]:
+        """What transformers passes to a chat template besides the messages (its special_tokens_map)."""
+        return {TEMPLATE_VARIABLES[r]: t for r, t in self.special_tokens.items() if r in TEMPLATE_VARIABLES}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": ARTIFACT_FORMAT_VERSION,
+            "special_tokens": {r: {"token": t, "id": self.special_ids[r]}
+                               for r, t in sorted(self.special_tokens.items())},
+            "add_bos": self.add_bos,
+            "add_eos": self.add_eos,
+            "vocab_size": self.vocab_size,
+            "chat_template": self.chat_template,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "info": self.info,
+        }
+
+    @classmethod
+    def from_files(cls, tokenizer_json: bytes, artifact_json: Mapping[str, Any]) -> TokenizerArtifact:
+        version = artifact_json.get("format_version")
+        if version != ARTIFACT_FORMAT_VERSION:
+            raise ValueError(f"{ARTIFACT_FILE}: format_version {version!r}, this code reads {ARTIFACT_FORMAT_VERSION}")
+        sha = hashlib.sha256(tokenizer_json).hexdigest()
+        recorded = artifact_json.get("tokenizer_sha256")
+        if recorded and recorded != sha:
+            raise ValueError(f"{TOKENIZER_FILE} has sha256 {sha[:12]}..., {ARTIFACT_FILE} records {recorded[:12]}...: "
+                             "the directory was modified after it was built")
+        art = cls(
+            tokenizer=Tokenizer.from_str(tokenizer_json.decode("utf-8")),
+            special_tokens={r: v["token"] for r, v in artifact_json["special_tokens"].items()},
+            chat_template=artifact_json["chat_template"],
+            add_bos=bool(artifact_json["add_bos"]),
+            add_eos=bool(artifact_json["add_eos"]),
+            tokenizer_sha256=sha,
+            info=dict(artifact_json.get("info", {})),
+        )
+        for role, v in artifact_json["special_tokens"].items():
+            if art.special_ids[role] != v["id"]:
+                raise ValueError(f"{ARTIFACT_FILE}: {role} {v['token']!r} recorded as id {v['id']}, "
+                                 f"the tokenizer gives {art.special_ids[role]}")
+        return art
+
+    @classmethod
+    def load(cls, storage: Storage, rel: str) -> TokenizerArtifact:
+        """The tokenizer written by the `tokenizer` stage under `rel`."""
+        if not storage.exists(f"{rel}/{ARTIFACT_FILE}"):
+            raise FileNotFoundError(f"no tokenizer at {storage.uri(rel)} (missing {ARTIFACT_FILE}): "
+                                    "materialize the tokenizer first")
+        return cls.from_files(storage.read_bytes(f"{rel}/{TOKENIZER_FILE}"),
+                              json.loads(storage.read_bytes(f"{rel}/{ARTIFACT_FILE}")))

@@ -1,0 +1,352 @@
+"""Encoding record batches: hand-checked token and mask sequences, BOS/EOS, truncation, chunking,
+batch == per-document, special strings in text, exclusions for malformed chat documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from platform_assets.tokenize.encode import DocumentEncoder, tokenized_schema
+from platform_assets.tokenize.exclusion_rules import TokenizeRule
+from platform_assets.tokenize.sequences import assemble, chunk, segment_sums
+from platform_assets.tokenize.settings import SpecialTokens, TokenizerSettings, TokenizeSettings
+from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
+from platform_assets.tokenize.tokenizer_build import load_pretrained, make_artifact, train_tokenizer
+
+GPT2_JSON = Path("/work/shared/data/tokenizers/gpt2/tokenizer.json")
+
+
+def tiny_artifact(**settings) -> TokenizerArtifact:
+    """Byte-level BPE with exactly one merge, `l l`: every other character is one token, so expected
+    sequences can be written by hand as token strings (`Ċ` is the byte-level symbol of newline)."""
+    s = TokenizerSettings(vocab_size=261 + (1 if settings.get("add_bos") else 0), min_frequency=1, **settings)
+    tok = train_tokenizer([["llll"] * 20], s)
+    return make_artifact(tok, s)
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> TokenizerArtifact:
+    """GPT-2's bare tokenizer.json: pad = eos, ChatML tokens added as 50257 and 50258."""
+    if not GPT2_JSON.is_file():
+        pytest.skip(f"{GPT2_JSON} not present")
+    tok, declared = load_pretrained(str(GPT2_JSON))
+    return make_artifact(tok, TokenizerSettings(source="pretrained", path=str(GPT2_JSON)), declared)
+
+
+def batch(texts, metas=None, ids=None, source="s", split="train") -> pa.RecordBatch:
+    n = len(texts)
+    return pa.RecordBatch.from_pydict({
+        "id": ids or [f"d{i}" for i in range(n)],
+        "source": [source] * n,
+        "split": [split] * n,
+        "text": pa.array(texts, pa.large_string()),
+        "meta": [json.dumps(m) if isinstance(m, dict) else m for m in (metas or [None] * n)],
+    })
+
+
+def chat(*turns: tuple[str, str]) -> dict:
+    return {"messages": [{"role": r, "content": c} for r, c in turns]}
+
+
+def tokens(art: TokenizerArtifact, ids: list[int]) -> list[str]:
+    return [art.tokenizer.id_to_token(i) for i in ids]
+
+
+def spelled(*pieces: str) -> list[str]:
+    """Byte-level symbols of plain ASCII pieces, one per character, except the `ll` merge."""
+    out: list[str] = []
+    for p in pieces:
+        if p.startswith("<|"):
+            out.append(p)
+            continue
+        i = 0
+        while i < len(p):
+            if p.startswith("ll", i):
+                out.append("ll")
+                i += 2
+            else:
+                out.append({"\n": "Ċ", " ": "Ġ"}.get(p[i], p[i]))
+                i += 1
+    return out
+
+
+# -- hand-checked sequences --------------------------------------------------------------------------
+def test_three_turn_conversation_tokens_and_mask_by_hand():
+    art = tiny_artifact()
+    conv = chat(("user", "Hi"), ("assistant", "Hello"), ("user", "Bye"))
+    out = DocumentEncoder(art).encode(batch(["plain rendering, ignored"], [conv]))
+    row = out.batch.to_pylist()[0]
+    prompt = spelled("<|im_start|>", "user\nHi", "<|im_end|>", "\n", "<|im_start|>", "assistant\n")
+    answer = spelled("Hello", "<|im_end|>")  # the content and its end of turn
+    tail = spelled("\n", "<|im_start|>", "user\nBye", "<|im_end|>", "\n", "<|endoftext|>")
+    assert tokens(art, row["input_ids"]) == prompt + answer + tail
+    assert answer == ["H", "e", "ll", "o", "<|im_end|>"]
+    assert row["loss_mask"] == [0] * len(prompt) + [1] * len(answer) + [0] * len(tail)
+    assert row["loss_tokens"] == 5 and row["num_tokens"] == len(prompt) + 5 + len(tail)
+    assert row["chunk"] == 0 and out.exclusions.num_rows == 0
+
+
+def test_system_user_assistant_user_assistant_by_hand():
+    art = tiny_artifact()
+    conv = chat(("system", "Be terse."), ("user", "Hi"), ("assistant", "Yes."), ("user", "Well?"),
+                ("assistant", "All good"))
+    row = DocumentEncoder(art).encode(batch(["x"], [conv])).batch.to_pylist()[0]
+    expected = (
+        [(t, 0) for t in spelled("<|im_start|>", "system\nBe terse.", "<|im_end|>", "\n")]
+        + [(t, 0) for t in spelled("<|im_start|>", "user\nHi", "<|im_end|>", "\n")]
+        + [(t, 0) for t in spelled("<|im_start|>", "assistant\n")]
+        + [(t, 1) for t in spelled("Yes.", "<|im_end|>")]
+        + [(t, 0) for t in spelled("\n", "<|im_start|>", "user\nWell?", "<|im_end|>", "\n")]
+        + [(t, 0) for t in spelled("<|im_start|>", "assistant\n")]
+        + [(t, 1) for t in spelled("All good", "<|im_end|>")]
+        + [(t, 0) for t in spelled("\n", "<|endoftext|>")]
+    )
+    assert list(zip(tokens(art, row["input_ids"]), row["loss_mask"], strict=True)) == expected
+    assert spelled("Well?") == ["W", "e", "ll", "?"] and row["loss_tokens"] == 5 + 8
+
+
+def test_gpt2_chat_matches_transformers_apply_chat_template(gpt2: TokenizerArtifact, tmp_path: Path):
+    """Where no pre-token straddles a turn edge, ids and mask equal AutoTokenizer's own."""
+    from transformers import AutoTokenizer
+
+    from platform_assets.tokenize.tokenizer_build import save_artifact
+
+    art = gpt2
+    save_artifact(art, tmp_path)
+    hf = AutoTokenizer.from_pretrained(str(tmp_path))
+    convs = [
+        chat(("system", "Be brief."), ("user", "Hi there"), ("assistant", "Hello! How can I help?"),
+             ("user", "2+2?"), ("assistant", "4")),
+        chat(("user", "Write code"), ("assistant", "def f(x):\n    return x * 2"), ("user", "Thanks"),
+             ("assistant", "Gern geschehen. 日本語も")),
+    ]
+    rows = DocumentEncoder(art, TokenizeSettings()).encode(batch(["a", "b"], convs)).batch.to_pylist()
+    for conv, row in zip(convs, rows, strict=True):
+        ref = hf.apply_chat_template(conv["messages"], tokenize=True, return_dict=True,
+                                     return_assistant_tokens_mask=True)
+        assert row["input_ids"] == ref["input_ids"] + [art.eos_id]
+        assert row["loss_mask"] == ref["assistant_masks"] + [0]
+    first = rows[0]
+    assert hf.convert_ids_to_tokens(first["input_ids"][15:20]) == ["<|im_start|>", "ass", "istant", "Ċ", "Hello"]
+    assert first["loss_mask"][15:20] == [0, 0, 0, 0, 1]
+
+
+def test_mask_is_exact_where_a_pretoken_would_straddle_the_turn_edge(gpt2: TokenizerArtifact):
+    art = gpt2
+    answers = ["\n\nIndented answer", "  two spaces", "\tTab", "ok\n\n"]
+    convs = [chat(("user", "Q"), ("assistant", a)) for a in answers]
+    rows = DocumentEncoder(art).encode(batch(["x"] * 4, convs)).batch.to_pylist()
+    for answer, row in zip(answers, rows, strict=True):
+        mask = np.array(row["loss_mask"], bool)
+        ids = np.array(row["input_ids"])
+        # the masked tokens decode to exactly the answer and its end of turn: nothing of the prompt
+        assert art.tokenizer.decode(ids[mask].tolist(), skip_special_tokens=False) == answer + "<|im_end|>"
+        assert art.tokenizer.decode(ids.tolist(), skip_special_tokens=False) == (
+            f"<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n<|endoftext|>")
+
+
+# -- plain text ----------------------------------------------------------------------------------------
+def test_plain_text_has_null_mask_and_eos():
+    art = tiny_artifact()
+    out = DocumentEncoder(art).encode(batch(["Hello all", "x"]))
+    rows = out.batch.to_pylist()
+    assert tokens(art, rows[0]["input_ids"]) == spelled("Hello all", "<|endoftext|>")
+    assert rows[0]["loss_mask"] is None and rows[0]["loss_tokens"] == rows[0]["num_tokens"] == 8
+    assert tokens(art, rows[1]["input_ids"]) == ["x", "<|endoftext|>"]
+    assert out.batch.schema.equals(tokenized_schema()) and out.stats.tokens == 10 == out.stats.loss_tokens
+
+
+def test_special_token_strings_in_a_document_are_text():
+    art = tiny_artifact()
+    text = "a<|endoftext|>b<|im_start|>c"
+    row = DocumentEncoder(art).encode(batch([text])).batch.to_pylist()[0]
+    assert row["input_ids"].count(art.eos_id) == 1 and row["input_ids"][-1] == art.eos_id
+    assert art.special_ids["chat_start"] not in row["input_ids"]
+    assert art.tokenizer.decode(row["input_ids"][:-1], skip_special_tokens=False) == text
+
+
+def test_bos_and_no_eos():
+    art = tiny_artifact(add_bos=True, add_eos=False, special_tokens=SpecialTokens(bos="<|bos|>"))
+    out = DocumentEncoder(art).encode(batch(["ab"], None))
+    assert tokens(art, out.batch.column("input_ids")[0].as_py()) == ["<|bos|>", "a", "b"]
+    conv = chat(("user", "q"), ("assistant", "a"))
+    row = DocumentEncoder(art).encode(batch(["x"], [conv])).batch.to_pylist()[0]
+    assert tokens(art, row["input_ids"])[:2] == ["<|bos|>", "<|im_start|>"] and row["loss_mask"][0] == 0
+
+
+def test_no_second_bos_when_the_template_writes_it():
+    template = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}:{% if m['role'] == 'assistant' %}"
+                "{% generation %}{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}"
+                "{{ '\\n' }}{% endfor %}")
+    s = TokenizerSettings(vocab_size=262, min_frequency=1, add_bos=True, special_tokens=SpecialTokens(bos="<|bos|>"),
+                          chat_template=template)
+    art = make_artifact(train_tokenizer([["llll"] * 20], s), s)
+    row = DocumentEncoder(art).encode(batch(["x"], [chat(("user", "q"), ("assistant", "ok"))])).batch.to_pylist()[0]
+    assert tokens(art, row["input_ids"]) == ["<|bos|>", *spelled("user:q\nassistant:ok\n"), "<|endoftext|>"]
+    assert [m for t, m in zip(tokens(art, row["input_ids"]), row["loss_mask"], strict=True) if m] == [1, 1]
+
+
+# -- overlong ----------------------------------------------------------------------------------------
+def test_chunk_and_truncate_exact():
+    art = tiny_artifact()
+    docs = batch(["abcdefghij", "xyz"])  # 10 + EOS = 11 tokens; 3 + EOS = 4
+    chunked = DocumentEncoder(art, TokenizeSettings(max_length=4, overlong="chunk")).encode(docs)
+    rows = chunked.batch.to_pylist()
+    assert [(r["id"], r["chunk"], tokens(art, r["input_ids"])) for r in rows] == [
+        ("d0", 0, list("abcd")), ("d0", 1, list("efgh")), ("d0", 2, ["i", "j", "<|endoftext|>"]),
+        ("d1", 0, ["x", "y", "z", "<|endoftext|>"]),
+    ]
+    assert chunked.stats.chunked_documents == 1 and chunked.stats.overlong_documents == 1
+    assert chunked.stats.tokens == 15 and chunked.stats.truncated_tokens == 0
+
+    truncated = DocumentEncoder(art, TokenizeSettings(max_length=4, overlong="truncate")).encode(docs)
+    rows = truncated.batch.to_pylist()
+    assert [tokens(art, r["input_ids"]) for r in rows] == [list("abcd"), ["x", "y", "z", "<|endoftext|>"]]
+    assert truncated.stats.truncated_documents == 1 and truncated.stats.truncated_tokens == 7
+
+    kept = DocumentEncoder(art, TokenizeSettings(max_length=4, overlong="keep")).encode(docs)
+    assert kept.batch.column("num_tokens").to_pylist() == [11, 4] and kept.stats.overlong_documents == 1
+
+
+def test_chat_chunks_keep_mask_aligned_and_drop_prompt_only_chunks():
+    art = tiny_artifact()
+    conv = chat(("user", "abcdefgh"), ("assistant", "xy"))
+    whole = DocumentEncoder(art).encode(batch(["t"], [conv])).batch.to_pylist()[0]
+    out = DocumentEncoder(art, TokenizeSettings(max_length=8, overlong="chunk")).encode(batch(["t"], [conv]))
+    rows = out.batch.to_pylist()
+    n = whole["num_tokens"]  # 32: 27 prompt tokens, x y <|im_end|> at 27..29, then Ċ and EOS
+    assert n == 32 and whole["loss_mask"] == [0] * 27 + [1, 1, 1, 0, 0]
+    assert [r["chunk"] for r in rows] == [3]  # chunks 0-2 are prompt only
+    assert rows[0]["input_ids"] == whole["input_ids"][24:32] and rows[0]["loss_mask"] == whole["loss_mask"][24:32]
+    assert out.stats.dropped_chunks == 3 and out.stats.dropped_chunk_tokens == n - 8
+    truncated = DocumentEncoder(art, TokenizeSettings(max_length=8, overlong="truncate")).encode(batch(["t"], [conv]))
+    assert truncated.batch.num_rows == 0
+    assert truncated.exclusions.to_pylist() == [
+        {"id": "d0", "rule": TokenizeRule.NO_LOSS_TOKENS, "value": "0 assistant tokens in 8 tokens", "bytes": 1}]
+
+
+# -- batch == per document -------------------------------------------------------------------------------
+def test_batch_encoding_equals_per_document_encoding(gpt2: TokenizerArtifact):
+    art = gpt2
+    rng = np.random.default_rng(7)
+    alphabet = list("abcdefghij klmno\n\t.,;:()[]{}#'\"") + ["é", "ß", "日本", "😀", "  ", "\r\n", "<|endoftext|>"]
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(1, 400)))) for _ in range(300)]
+    metas = [chat(("user", t[:20] or "q"), ("assistant", t[20:] or "a")) if i % 7 == 0 else None
+             for i, t in enumerate(texts)]
+    docs = batch(texts, metas)
+    whole = DocumentEncoder(art, TokenizeSettings()).encode(docs)
+    many_slices = DocumentEncoder(art, TokenizeSettings(encode_slice_bytes=500)).encode(docs)
+    assert whole.batch.equals(many_slices.batch) and whole.exclusions.equals(many_slices.exclusions)
+    rows, excluded = [], []
+    for i in range(len(texts)):
+        one = DocumentEncoder(art).encode(docs.slice(i, 1))
+        rows += one.batch.to_pylist()
+        excluded += one.exclusions.to_pylist()
+    assert whole.batch.to_pylist() == rows and whole.exclusions.to_pylist() == excluded
+    # chat documents whose text holds "<|endoftext|>" are refused, plain ones encode it as text
+    assert {e["rule"] for e in excluded} == {TokenizeRule.CONTROL_TOKEN_IN_CONTENT} and 0 < len(excluded) < 43
+    by_id = {r["id"]: r for r in rows}
+    for i, (text, meta) in enumerate(zip(texts, metas, strict=True)):
+        if meta is None:
+            row = by_id[f"d{i}"]
+            assert row["input_ids"] == art.text_tokenizer.encode(text, add_special_tokens=False).ids + [art.eos_id]
+            assert row["loss_mask"] is None
+
+
+# -- sequences ---------------------------------------------------------------------------------------
+def test_assemble_places_bodies_between_bos_and_eos_and_cuts():
+    src = np.array([10, 11, 12, 20, 21, 30], np.int32)
+    mask = np.array([1, 0, 1, 1, 1, 0], np.uint8)
+    # rows out of source order: row 0 is the body at 3..5, row 1 at 0..3, row 2 the empty body at 6
+    starts, lengths = np.array([3, 0, 6]), np.array([2, 3, 0])
+    a = assemble(src, mask, starts, lengths, np.array([True, False, True]), np.array([True, True, True]), 1, 2)
+    rows = [a.values[a.offsets[i]:a.offsets[i + 1]].tolist() for i in range(3)]
+    assert rows == [[1, 20, 21, 2], [10, 11, 12, 2], [1, 2]]
+    assert a.mask.tolist() == [0, 1, 1, 0, 1, 0, 1, 0, 0, 0] and a.full_lengths.tolist() == [4, 4, 2]
+    cut = assemble(src, mask, starts, lengths, np.array([True, False, True]), np.array([True, True, True]), 1, 2,
+                   limit=3)
+    assert [cut.values[cut.offsets[i]:cut.offsets[i + 1]].tolist() for i in range(3)] == [[1, 20, 21], [10, 11, 12],
+                                                                                           [1, 2]]
+    with pytest.raises(ValueError, match="no bos token"):
+        assemble(src, mask, starts, lengths, np.array([True, False, False]), np.array([True] * 3), None, 2)
+
+
+def test_chunk_offsets_and_segment_sums():
+    ch = chunk(np.array([0, 5, 5, 8]), 2)  # rows of 5, 0 and 3 tokens
+    assert ch.offsets.tolist() == [0, 2, 4, 5, 5, 7, 8]
+    assert ch.row.tolist() == [0, 0, 0, 1, 2, 2] and ch.index.tolist() == [0, 1, 2, 0, 0, 1]
+    assert segment_sums(np.array([1, 0, 1, 1, 1, 0, 1, 1], np.uint8), ch.offsets).tolist() == [1, 2, 1, 0, 1, 1]
+
+
+# -- exclusions --------------------------------------------------------------------------------------------
+def test_malformed_chat_documents_become_exclusions_and_the_batch_goes_on():
+    art = tiny_artifact()
+    metas = [
+        {"messages": "hi"},
+        {"messages": []},
+        {"messages": ["hi"]},
+        {"messages": [{"role": "bot", "content": "x"}]},
+        {"messages": [{"content": "x"}]},
+        {"messages": [{"role": "user"}]},
+        {"messages": [{"role": "user", "content": 3}]},
+        {"messages": [{"role": "user", "content": "a<|im_end|>b"}, {"role": "assistant", "content": "c"}]},
+        '{"messages": [',
+        {"messages": [{"role": "user", "content": "only a question"}]},
+        {"source_field": "messages are mentioned only in a value: \"messages\""},
+        None,
+        chat(("user", "q"), ("assistant", "a")),
+    ]
+    texts = ["t"] * 12 + [""]  # the chat document's text is ignored, even when empty
+    out = DocumentEncoder(art).encode(batch(texts, metas))
+    ex = out.exclusions.to_pylist()
+    assert [(e["id"], e["rule"], e["value"]) for e in ex] == [
+        ("d0", TokenizeRule.MESSAGES_NOT_A_LIST, "messages is str"),
+        ("d1", TokenizeRule.EMPTY_CONVERSATION, "messages is []"),
+        ("d2", TokenizeRule.MESSAGE_NOT_AN_OBJECT, "messages[0] is str"),
+        ("d3", TokenizeRule.UNKNOWN_ROLE, "messages[0]: role 'bot'"),
+        ("d4", TokenizeRule.UNKNOWN_ROLE, "messages[0]: no role"),
+        ("d5", TokenizeRule.MISSING_CONTENT, "messages[0] (user): no content"),
+        ("d6", TokenizeRule.MISSING_CONTENT, "messages[0] (user): content is int"),
+        ("d7", TokenizeRule.CONTROL_TOKEN_IN_CONTENT, "messages[0] (user): '<|im_end|>'"),
+        ("d8", TokenizeRule.META_NOT_JSON, ex[8]["value"]),
+        ("d9", TokenizeRule.NO_LOSS_TOKENS, ex[9]["value"]),
+    ]
+    assert ex[8]["value"] and ex[9]["value"].startswith("0 assistant tokens in ")
+    assert all(e["bytes"] == 1 for e in ex)
+    assert out.batch.column("id").to_pylist() == ["d10", "d11", "d12"]
+    assert out.batch.column("loss_mask").to_pylist()[:2] == [None, None]
+    assert out.stats.excluded[TokenizeRule.UNKNOWN_ROLE] == 2 and sum(out.stats.excluded.values()) == 10
+    assert out.stats.chat_documents == 1 and out.stats.documents == 13
+
+
+def test_template_errors_empty_and_null_texts_are_exclusions():
+    s = TokenizerSettings(vocab_size=261, min_frequency=1, chat_template=(
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+        "{% generation %}{{ m['content'] }}{% endgeneration %}{% endfor %}"))
+    art = make_artifact(train_tokenizer([["llll"] * 20], s), s)
+    docs = batch(["", None, "x", "y"], [None, None, chat(("system", "s"), ("assistant", "a")),
+                                        chat(("user", "u"), ("assistant", "a"))])
+    out = DocumentEncoder(art).encode(docs)
+    assert [(e["id"], e["rule"]) for e in out.exclusions.to_pylist()] == [
+        ("d0", TokenizeRule.NO_TOKENS), ("d1", TokenizeRule.MISSING_TEXT), ("d2", TokenizeRule.CHAT_TEMPLATE_ERROR)]
+    assert "no system role" in out.exclusions.column("value")[2].as_py()
+    assert out.batch.column("id").to_pylist() == ["d3"]
+
+
+def test_empty_and_fully_excluded_batches():
+    art = tiny_artifact()
+    empty = DocumentEncoder(art).encode(batch([]))
+    assert empty.batch.num_rows == 0 and empty.exclusions.num_rows == 0 and empty.batch.schema == tokenized_schema()
+    dropped = DocumentEncoder(art).encode(batch(["", "x"], [None, {"messages": 1}]))
+    assert dropped.batch.num_rows == 0 and dropped.exclusions.column("rule").to_pylist() == [
+        TokenizeRule.NO_TOKENS, TokenizeRule.MESSAGES_NOT_A_LIST]
+
+
+def test_missing_column_is_a_clear_error():
+    art = tiny_artifact()
+    with pytest.raises(ValueError, match="no 'split' column"):
+        DocumentEncoder(art).encode(pa.RecordBatch.from_pydict({"id": ["a"], "source": ["s"], "text": ["t"]}))
