@@ -4,10 +4,15 @@ sample     write the sample corpus that configs/sample.yaml reads
 validate   check a pipeline config (keys, types, source paths)
 run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
            dagster_home/), so the runs show up in the web UI: ingest and clean every configured
-           source (one run per source partition), then deduplicate across sources and split
+           source (one run per source partition), then deduplicate, split, tokenize and pack
+           (corpus_job), record the shards as a DVC version (release_job) and train on it
+           (training_job); `--until` stops after a stage
 query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
            cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
-           dedup_exclusions, dataset_splits)
+           dedup_exclusions, dataset_splits, tokenized_documents, tokenize_exclusions,
+           provenance, packing_exclusions)
+explain    where a document is in the packed shards, or why it is not (quarantined, filtered,
+           deduplicated, dropped by packing): `explain <document id>`
 """
 
 from __future__ import annotations
@@ -79,23 +84,47 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{_checks_summary(result)}"
         )
     if failed or args.sources:
-        print("deduplication and splits skipped: " + ("some sources failed" if failed else "--sources given"))
+        print("deduplication and later stages skipped: " + ("some sources failed" if failed else "--sources given"))
     else:
-        result = definitions.resolve_job_def("corpus_job").execute_in_process(instance=instance, raise_on_error=False)
-        status = "ok" if result.success else "FAILED"
-        dedup_in = _metadata(result, "deduplicated_documents", "documents_in")
-        print(
-            f"{'corpus':<16} {status:<8} dedup {dedup_in}"
-            f" -> {_metadata(result, 'deduplicated_documents', 'rows')} documents, split "
-            f"{_metadata(result, 'dataset_splits', 'rows')}  {_checks_summary(result)}"
-        )
-        if not result.success:
-            failed.append("corpus")
+        failed += _run_global_jobs(definitions, instance, args.until)
     print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`)")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+# The global jobs in order, the last asset of each (for --until) and what its summary line shows.
+GLOBAL_JOBS = (("corpus_job", "packed_shards"), ("release_job", "dataset_version"), ("training_job", "training_run"))
+UNTIL_CHOICES = ("cleaned_documents", "packed_shards", "dataset_version", "training_run")
+
+
+def _summary(job: str, result) -> str:
+    m = lambda asset, key: _metadata(result, asset, key)  # noqa: E731
+    if job == "corpus_job":
+        return (f"dedup {m('deduplicated_documents', 'documents_in')} -> {m('deduplicated_documents', 'rows')} "
+                f"documents, split {m('dataset_splits', 'rows')}, tokens {m('tokenized_documents', 'tokens')}, "
+                f"sequences {m('packed_shards', 'sequences')} (efficiency {m('packed_shards', 'efficiency')})")
+    if job == "release_job":
+        return f"dvc md5 {m('dataset_version', 'dvc_md5')}"
+    return (f"steps {m('training_run', 'steps')}, final loss {m('training_run', 'final_loss')}, "
+            f"tokens {m('training_run', 'tokens_seen')}")
+
+
+def _run_global_jobs(definitions, instance, until: str) -> list[str]:
+    if until == "cleaned_documents":
+        return []
+    failed = []
+    for job, last in GLOBAL_JOBS:
+        result = definitions.resolve_job_def(job).execute_in_process(instance=instance, raise_on_error=False)
+        label = job.removesuffix("_job")
+        print(f"{label:<16} {'ok' if result.success else 'FAILED':<8} {_summary(job, result)}  "
+              f"{_checks_summary(result)}")
+        if not result.success:
+            return [label]
+        if last == until:
+            break
+    return failed
 
 
 def _metadata(result, asset: str, key: str) -> object:
@@ -130,12 +159,31 @@ def cmd_query(args: argparse.Namespace) -> int:
             "duplicates": ("deduplicated_documents", "_all/_duplicates.parquet"),
             "dedup_exclusions": ("deduplicated_documents", "_all/_exclusions.parquet"),
             "dataset_splits": ("dataset_splits", "_all/part-*.parquet"),
+            # one folder per (split, source): fnmatch's `*` crosses `/`
+            "tokenized_documents": ("tokenized_documents", "_all/*part-*.parquet"),
+            "tokenize_exclusions": ("tokenized_documents", "_all/_exclusions.parquet"),
+            "provenance": ("packed_shards", "_all/provenance.parquet"),
+            "packing_exclusions": ("packed_shards", "_all/_exclusions.parquet"),
         },
     )
     rel = con.sql(args.sql)
     if rel is not None:
         rel.show(max_width=200, max_rows=args.max_rows)
     return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from platform_assets.packing.provenance import explain_document
+    from platform_assets.storage import Storage
+
+    cfg = load_config(_use_config(args.config))
+    storage = Storage(cfg.storage_root, cfg.s3_settings())
+    status = 0
+    for document_id in args.document_ids:
+        explanation = explain_document(storage, document_id)
+        print(explanation.describe())
+        status = status or (0 if explanation.packed or explanation.removals else 1)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,12 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--config", help=f"pipeline YAML (default: ${DEFAULT_CONFIG_ENV} or configs/sample.yaml)")
         if name == "run":
             p.add_argument("--sources", help="comma-separated subset of the configured sources")
+            p.add_argument("--until", choices=UNTIL_CHOICES, default="training_run",
+                           help="last stage to materialize (dvc.yaml's stage stops at packed_shards: DVC records "
+                                "the version itself)")
         p.set_defaults(func=func)
     p = sub.add_parser("query", help="SQL over the outputs with DuckDB")
     p.add_argument("sql")
     p.add_argument("--config")
     p.add_argument("--max-rows", type=int, default=40)
     p.set_defaults(func=cmd_query)
+    p = sub.add_parser("explain", help="where a document is in the packed shards, or why it is not")
+    p.add_argument("document_ids", nargs="+", metavar="DOCUMENT_ID")
+    p.add_argument("--config")
+    p.set_defaults(func=cmd_explain)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

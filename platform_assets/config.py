@@ -22,8 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.ingest.chat import ChatFields
+from platform_assets.packing.settings import PackingSettings
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
+from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
+from platform_assets.training_launch.settings import TrainingLaunchSettings
+from platform_assets.versioning.settings import VersioningSettings
 
 DEFAULT_CONFIG_ENV = "PLATFORM_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -174,6 +178,11 @@ class PipelineConfig(_Strict):
     cleaning_gates: CleaningGates = CleaningGates()
     dedup: DedupSettings = DedupSettings()
     splits: SplitSettings = SplitSettings()
+    tokenizer: TokenizerSettings = TokenizerSettings()
+    tokenize: TokenizeSettings = TokenizeSettings()
+    packing: PackingSettings = PackingSettings()
+    versioning: VersioningSettings = VersioningSettings()
+    training: TrainingLaunchSettings = TrainingLaunchSettings()
     config_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file: relative paths resolve against it. Set by the loader."""
 
@@ -216,6 +225,16 @@ class PipelineConfig(_Strict):
             return self.cleaning
         blocklist = self.cleaning.blocklist.model_copy(update={"path": self.resolve(path)})
         return self.cleaning.model_copy(update={"blocklist": blocklist})
+
+    def tokenizer_settings(self) -> TokenizerSettings:
+        """The tokenizer settings with a local `path` made absolute; a hub id stays as it is."""
+        path = self.tokenizer.path
+        if path is None or "://" in path or os.path.isabs(path):
+            return self.tokenizer
+        local = self.resolve(path)
+        if not os.path.exists(local) and not path.startswith((".", "~")) and path.count("/") <= 1:
+            return self.tokenizer  # `org/name`: a hub id, looked up in the local Hugging Face cache
+        return self.tokenizer.model_copy(update={"path": local})
 
     def s3_settings(self) -> S3Settings:
         return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region)

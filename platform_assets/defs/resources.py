@@ -56,4 +56,5 @@ def default_pipeline_resource() -> PipelineResource:
 
 @dg.definitions
 def resources() -> dg.Definitions:
-    return dg.Definitions(resources={"pipeline": default_pipeline_resource()})
+    return dg.Definitions(resources={"pipeline": default_pipeline_resource(),
+                                     "pipes_subprocess_client": dg.PipesSubprocessClient()})

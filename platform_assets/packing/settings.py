@@ -45,6 +45,10 @@ class PackingSettings(_Strict):
     (whatever order the config lists them in), so equal sets give byte-identical indexes."""
     samples_per_shard: Annotated[int, Field(ge=1)] = 8192
     """8192 samples x 2048 tokens x 2 bytes (uint16) = 32 MiB of tokens per flat shard."""
+    max_tokens_in_memory: Annotated[int, Field(ge=1)] = 256 * 2**20
+    """Offline strategies hold a (split, source) set's tokens at once (4 bytes each: 256 Mi tokens =
+    1 GiB); sets are read together while they fit, one larger than this is read alone. Use
+    streaming_best_fit for sets that do not fit in memory at all."""
     pad_id: Annotated[int, Field(ge=0)] | None = None
     """Token written after the last segment of a sample; None: the tokenizer's pad id."""
 

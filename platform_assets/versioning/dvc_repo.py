@@ -12,6 +12,7 @@ one at a time (the asset is in a Dagster pool of size 1).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -140,12 +141,12 @@ class DvcRepo:
         self.ensure_initialized()
         stage = self.stage_owning(rel)
         if stage is not None:
-            self.dvc_cmd("commit", "--force", "--quiet", stage)
+            self.dvc_cmd("commit", "--force", stage)
             recorded_in = "dvc.lock"
             outs = yaml.safe_load((self.root / "dvc.lock").read_text())["stages"][stage]["outs"]
             out = next(o for o in outs if Path(o["path"]) == Path(rel))
         else:
-            self.dvc_cmd("add", "--quiet", rel)
+            self.dvc_cmd("add", rel)
             recorded_in = f"{rel}.dvc"
             out = yaml.safe_load((self.root / recorded_in).read_text())["outs"][0]
         rev, dirty = self.git_state()
@@ -156,6 +157,13 @@ class DvcRepo:
         target = version.stage or version.recorded_in
         self.dvc_cmd("push", "--quiet", *(["--remote", remote] if remote else []), target)
         return DatasetVersion(**{**version.as_dict(), "remote": remote, "pushed": True})
+
+    def missing_in_remote(self, version: DatasetVersion, remote: str | None = None) -> list[str]:
+        """What `dvc status --cloud` says the remote lacks for this version (empty: fully pushed)."""
+        target = version.stage or version.recorded_in
+        out = self.dvc_cmd("status", "--cloud", "--json", *(["--remote", remote] if remote else []), target)
+        status = json.loads(out or "{}")
+        return sorted(f"{path}: {state}" for path, state in status.items())
 
     def pull(self, target: str, remote: str | None = None) -> None:
         """`target`: a stage name or a `.dvc` file (what `DatasetVersion.stage`/`recorded_in` hold)."""

@@ -1,9 +1,14 @@
-"""Jobs over the asset graph: the per-source chain runs once per source partition."""
+"""Jobs over the asset graph: the per-source chain runs once per source partition, then the corpus
+stages, the release (DVC version) and training, each a job of its own so each can run on its own:
+re-pack without retraining, retrain on the same version without re-versioning."""
 
 import dagster as dg
 
 PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents", "cleaned_documents")
-CORPUS_ASSETS = dg.AssetSelection.assets("deduplicated_documents", "dataset_splits")
+CORPUS_ASSETS = dg.AssetSelection.assets(
+    "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards")
+RELEASE_ASSETS = dg.AssetSelection.assets("dataset_version")
+TRAINING_ASSETS = dg.AssetSelection.assets("training_run")
 
 per_source_job = dg.define_asset_job(
     "per_source_job",
@@ -14,5 +19,18 @@ per_source_job = dg.define_asset_job(
 corpus_job = dg.define_asset_job(
     "corpus_job",
     selection=CORPUS_ASSETS,
-    description="Deduplicate across all sources and split; needs every source's cleaned partition.",
+    description="Deduplicate across all sources, split, train/load the tokenizer, tokenize and pack into shards; "
+                "needs every source's cleaned partition.",
+)
+
+release_job = dg.define_asset_job(
+    "release_job",
+    selection=RELEASE_ASSETS,
+    description="Record the packed shards as a DVC version and push it to the remote.",
+)
+
+training_job = dg.define_asset_job(
+    "training_job",
+    selection=TRAINING_ASSETS,
+    description="Train on the current dataset version (resumes its latest checkpoint).",
 )

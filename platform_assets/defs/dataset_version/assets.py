@@ -1,0 +1,71 @@
+"""dataset_version: the packed shard set recorded with DVC and pushed to the configured remote."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from platform_assets.defs.dataset_version.checks import VERSION_CHECKS, evaluate_version_checks
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.layout import asset_dir
+from platform_assets.versioning.dvc_repo import DvcError, DvcRepo
+from platform_assets.versioning.record import VERSION_FILE, version_record
+
+SHARDS = "packed_shards"
+
+
+@dg.asset(
+    deps=[SHARDS],
+    check_specs=VERSION_CHECKS,
+    group_name="release",
+    kinds={"dvc"},
+    # DVC's repository lock does not wait: a second `dvc` command on the repo fails at once.
+    pool="dvc",
+    code_version="1",
+    description=(
+        "The packed shard set as a DVC version: `dvc commit` of its dvc.yaml stage (or `dvc add`), then "
+        "`dvc push`. The DVC md5 is this asset's data version; training runs name it."
+    ),
+)
+def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
+    cfg = pipeline.config()
+    storage = pipeline.storage(cfg)
+    if not storage.is_local:
+        raise dg.Failure(f"dataset_version needs a local storage root inside the DVC repository (DVC versions its "
+                         f"workspace); storage.root is {cfg.storage_root}. Push to S3 with versioning.remote instead.")
+    settings = cfg.versioning
+    shards_dir = Path(cfg.storage_root) / asset_dir(SHARDS)
+    try:
+        repo = DvcRepo(cfg.resolve(settings.dvc_repo), settings.dvc_executable)
+        repo.ensure_initialized()
+        remote_url = repo.configure_remote(settings.remote, cfg.config_dir)
+        version = repo.record(shards_dir)
+        if settings.push:
+            version = repo.push(version, settings.remote.name)
+    except DvcError as err:
+        raise dg.Failure(str(err)) from None
+    context.log.info(f"dataset version {version.md5} ({version.recorded_in}, pushed={version.pushed})")
+    record = version_record(version, storage.uri(asset_dir(SHARDS)), remote_url if settings.push else None)
+    storage.write_bytes_atomic(f"{asset_dir('dataset_version')}/{VERSION_FILE}",
+                               json.dumps(record, indent=1, sort_keys=True).encode())
+    totals = record["totals"]
+    metadata = {
+        "dvc_md5": version.md5,
+        "shards_uri": dg.MetadataValue.path(record["shards_uri"]),
+        "recorded_in": version.recorded_in,
+        "dvc_stage": version.stage or "none (dvc add)",
+        "git_revision": version.git_revision or "not a git repository",
+        "git_dirty": bool(version.git_dirty),
+        "remote": remote_url if settings.push else "not pushed (versioning.push is off)",
+        "files": version.files,
+        "bytes": version.bytes,
+        **{f"{k}": v for k, v in totals.items()},
+    }
+    if version.git_dirty:
+        context.log.warning(f"commit {version.recorded_in} to pin this version in git (the working tree differs "
+                            "from HEAD)")
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(version.md5),
+        check_results=evaluate_version_checks(repo, version, shards_dir, settings),
+    )

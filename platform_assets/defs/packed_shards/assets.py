@@ -1,0 +1,72 @@
+"""packed_shards: fixed-length packed sequences in flat / Parquet / WebDataset shards with an index."""
+
+import dagster as dg
+import pyarrow as pa
+
+from platform_assets.charts import bar_chart_markdown
+from platform_assets.defs.metadata import arrow_table
+from platform_assets.defs.packed_shards.checks import PACKED_CHECKS, evaluate_packed_checks
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.layout import asset_dir
+from platform_assets.packing.stage import ConservationError, TokenizedInputError, pack_outputs
+from platform_assets.storage import MANIFEST_NAME, manifest_version
+from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
+
+
+def tokenizer_info(storage, rel: str) -> dict:
+    artifact = TokenizerArtifact.load(storage, rel)
+    return {"vocab_size": artifact.vocab_size, "pad_id": artifact.pad_id, "eos_id": artifact.eos_id,
+            "bos_id": artifact.bos_id, "name": storage.uri(rel), "sha256": artifact.tokenizer_sha256}
+
+
+@dg.asset(
+    deps=["tokenized_documents", "tokenizer"],
+    check_specs=PACKED_CHECKS,
+    group_name="tokens",
+    kinds={"parquet", "numpy"},
+    code_version="1",
+    description="Tokenized documents packed into seq_len samples per (split, source) by the configured strategy, "
+                "written as flat token files (np.memmap), Parquet and WebDataset tars, each with index.json (counts, "
+                "sha256 per shard), plus provenance.parquet (which document piece is in which sample).",
+)
+def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
+    cfg = pipeline.config()
+    storage = pipeline.storage(cfg)
+    rel = asset_dir("packed_shards")
+    try:
+        info = tokenizer_info(storage, asset_dir("tokenizer"))
+        result = pack_outputs(storage, asset_dir("tokenized_documents"), rel, cfg.packing, info,
+                              cfg.tokenize.batch_rows, cfg.packing.max_tokens_in_memory)
+    except (TokenizedInputError, ConservationError, ValueError) as err:
+        raise dg.Failure(str(err)) from None
+    totals = result.totals
+    sets = pa.Table.from_pylist([s.as_dict() for s in result.sets])
+    context.log.info(f"packed {totals.tokens} tokens into {totals.sequences} sequences "
+                     f"({totals.efficiency:.4%} non-padding)")
+    data_bytes = sum(int(v["bytes"]) for k, v in result.files.items() if k != MANIFEST_NAME)
+    metadata = {
+        "uri": dg.MetadataValue.path(storage.uri(rel)),
+        "formats": ", ".join(result.formats),
+        "seq_len": cfg.packing.seq_len,
+        "strategy": cfg.packing.strategy,
+        "sequences": totals.sequences,
+        "dagster/row_count": totals.sequences,
+        "tokens": totals.tokens,
+        "loss_tokens": totals.loss_tokens,
+        "tokens_in": result.tokens_in,
+        "efficiency": round(totals.efficiency, 6),
+        "documents_split": totals.documents_split,
+        "documents_dropped": totals.documents_dropped,
+        "token_dtype": result.token_dtype,
+        "bytes": data_bytes,
+        "files": len(result.files),
+        "per_split_and_source": arrow_table(sets),
+        "sequences_per_set": dg.MetadataValue.md(bar_chart_markdown(
+            "sequences per split/source", [f"{s.split}/{s.source}" for s in result.sets],
+            [s.sequences for s in result.sets])),
+    }
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(manifest_version(result.files)),
+        check_results=evaluate_packed_checks(storage, rel, result, cfg.packing),
+    )

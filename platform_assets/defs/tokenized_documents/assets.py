@@ -1,0 +1,96 @@
+"""tokenized_documents: token ids (and assistant-only loss masks for chat data) per document."""
+
+import dagster as dg
+import pyarrow as pa
+
+from platform_assets.defs.metadata import arrow_table, output_metadata
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.layout import asset_dir
+from platform_assets.storage import manifest_version
+from platform_assets.tokenize.stage import tokenize_outputs
+
+TOKENIZED_CHECKS = [
+    dg.AssetCheckSpec("every_split_has_tokens", asset="tokenized_documents", blocking=True,
+                      description="Each split present in dataset_splits produced tokens (a broken template or "
+                                  "filter cannot silently empty one)."),
+    dg.AssetCheckSpec("chat_documents_have_loss_tokens", asset="tokenized_documents", blocking=True,
+                      description="Every chat row has at least one assistant (loss) token; plain rows count every "
+                                  "token. A template without generation markers would train on nothing."),
+]
+
+
+@dg.asset(
+    deps=["dataset_splits", "tokenizer"],
+    check_specs=TOKENIZED_CHECKS,
+    group_name="tokens",
+    kinds={"parquet"},
+    code_version="1",
+    description="Documents encoded in batches by the Rust tokenizer (EOS appended), chat documents through the chat "
+                "template with a loss mask on assistant turns only; per (split, source) Parquet parts.",
+)
+def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
+    cfg = pipeline.config()
+    storage = pipeline.storage(cfg)
+    rel = asset_dir("tokenized_documents")
+    try:
+        result = tokenize_outputs(storage, asset_dir("dataset_splits"), asset_dir("tokenizer"), rel, cfg.tokenize,
+                                  cfg.tokenize.batch_rows, cfg.ingest.compression, cfg.ingest.part_max_bytes)
+    except ValueError as err:
+        raise dg.Failure(str(err)) from None
+    sets = pa.Table.from_pylist([{k: s[k] for k in ("split", "source", "rows", "documents", "tokens", "loss_tokens")}
+                                 for s in result.sets])
+    stats = result.stats
+    context.log.info(f"tokenized {result.documents} documents into {result.tokens} tokens")
+    metadata = output_metadata(storage, rel, result.files, result.schema, result.rows)
+    metadata.update({
+        "documents": result.documents,
+        "tokens": result.tokens,
+        "loss_tokens": result.loss_tokens,
+        "tokens_per_split_and_source": arrow_table(sets),
+        "chat_documents": stats.chat_documents,
+        "overlong_documents": stats.overlong_documents,
+        "truncated_tokens": stats.truncated_tokens,
+        "chunked_documents": stats.chunked_documents,
+        "excluded": result.exclusions,
+        "tokenizer_sha256": result.tokenizer_sha256,
+    })
+    splits_in = _splits_in(storage)
+    empty = sorted(s for s in splits_in if not any(x["split"] == s and x["tokens"] > 0 for x in result.sets))
+    no_loss = _rows_without_loss_tokens(storage, rel)
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(manifest_version(result.files)),
+        check_results=[
+            dg.AssetCheckResult(check_name="every_split_has_tokens", passed=not empty,
+                                metadata={"splits": ", ".join(sorted(splits_in)), "empty": ", ".join(empty) or "none"}),
+            dg.AssetCheckResult(check_name="chat_documents_have_loss_tokens", passed=not no_loss,
+                                metadata={"rows_without_loss_tokens": len(no_loss),
+                                          "examples": ", ".join(no_loss[:10]) or "none",
+                                          "chat_chunks_dropped_for_lack_of_assistant_tokens": stats.dropped_chunks}),
+        ],
+    )
+
+
+def _rows_without_loss_tokens(storage, rel: str) -> list[str]:
+    """`id#chunk` of output rows whose loss mask counts nothing (re-read: an independent check)."""
+    import pyarrow.compute as pc
+
+    from platform_assets.parquet_parts import read_batches
+
+    bad: list[str] = []
+    for batch in read_batches(storage, rel, ["id", "chunk", "loss_tokens"]):
+        zero = batch.filter(pc.equal(batch.column("loss_tokens"), 0))
+        bad += [f"{i}#{c}" for i, c in zip(zero.column("id").to_pylist(), zero.column("chunk").to_pylist(),
+                                           strict=True)]
+    return bad
+
+
+def _splits_in(storage) -> set[str]:
+    import pyarrow.compute as pc
+
+    from platform_assets.parquet_parts import read_batches
+
+    splits: set[str] = set()
+    for batch in read_batches(storage, asset_dir("dataset_splits"), ["split"]):
+        splits.update(pc.unique(batch.column("split")).to_pylist())
+    return splits

@@ -1,0 +1,88 @@
+"""training_run: the training job on the current dataset version, launched through Dagster Pipes."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from platform_assets.charts import line_chart_markdown
+from platform_assets.config import REPO_ROOT
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.layout import asset_dir
+from platform_assets.training_launch.command import run_extras, torchrun_command
+from platform_assets.versioning.record import VERSION_FILE
+
+# A step spends at most this share of its time waiting for data before the check warns: the loader
+# should hide its reads behind compute (on a GPU the target is < 1%).
+MAX_DATA_WAIT = 0.10
+
+TRAINING_CHECKS = [
+    dg.AssetCheckSpec("loss_decreased", asset="training_run",
+                      description="The last logged training loss is below the first (the run learned something)."),
+    dg.AssetCheckSpec("data_wait_within_bounds", asset="training_run",
+                      description=f"Mean data-wait fraction of step time <= {MAX_DATA_WAIT:.0%}."),
+]
+
+
+@dg.asset(
+    deps=["dataset_version"],
+    check_specs=TRAINING_CHECKS,
+    group_name="training",
+    kinds={"pytorch"},
+    # One training job per GPU box at a time; raise with `dagster instance concurrency set gpu <n>`.
+    pool="gpu",
+    description="Trains the configured causal LM on the dataset version's flat shards under torchrun (Pipes "
+                "streams logs and metrics back). Re-materializing resumes the latest checkpoint of that version.",
+)
+def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
+                 pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
+    cfg = pipeline.config()
+    storage = pipeline.storage(cfg)
+    version_rel = f"{asset_dir('dataset_version')}/{VERSION_FILE}"
+    if not storage.exists(version_rel):
+        raise dg.Failure(f"no dataset version at {storage.uri(version_rel)}: materialize dataset_version first")
+    record = json.loads(storage.read_bytes(version_rel))
+    settings = cfg.training
+    extras = run_extras(settings, Path(cfg.resolve(settings.run_config)), record,
+                        Path(cfg.resolve(settings.checkpoint_root)))
+    context.log.info(f"training on dataset version {record['md5']}, checkpoints in {extras['checkpoint_dir']}")
+    invocation = pipes_subprocess_client.run(
+        command=torchrun_command(settings), context=context, extras=extras, cwd=str(REPO_ROOT),
+        # the Rust tokenizer and OpenMP would otherwise each start a thread per core in every rank
+        env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
+    results = invocation.get_results()
+    if not results:
+        raise dg.Failure("the training job stopped before finishing (a signal); its checkpoint is kept and the next "
+                         "materialization resumes it")
+    reported = results[0]
+    metadata = {k: v for k, v in (reported.metadata or {}).items()}
+    curve = metadata["loss_curve"].value if "loss_curve" in metadata else {"step": [], "loss": []}
+    metadata["loss_chart"] = dg.MetadataValue.md(line_chart_markdown("loss by step", {
+        "train": (curve.get("step", []), curve.get("loss", [])),
+        **({"eval": (curve["eval_step"], curve["eval_loss"])} if curve.get("eval_step") else {}),
+    }))
+    waits = _data_wait_fractions(metadata)
+    mean_wait = sum(waits) / len(waits) if waits else None
+    losses = curve.get("loss", [])
+    return dg.MaterializeResult(
+        metadata=metadata,
+        check_results=[
+            dg.AssetCheckResult(check_name="loss_decreased", severity=dg.AssetCheckSeverity.WARN,
+                                passed=len(losses) >= 2 and losses[-1] < losses[0],
+                                metadata={"first": losses[0] if losses else "none",
+                                          "last": losses[-1] if losses else "none"}),
+            dg.AssetCheckResult(check_name="data_wait_within_bounds", severity=dg.AssetCheckSeverity.WARN,
+                                passed=mean_wait is not None and mean_wait <= MAX_DATA_WAIT,
+                                metadata={"mean_data_wait_fraction": round(mean_wait, 4) if mean_wait else 0.0,
+                                          "steps_logged": len(waits)}),
+        ],
+    )
+
+
+def _data_wait_fractions(metadata: dict) -> list[float]:
+    path = metadata.get("metrics_file")
+    if path is None or not Path(str(path.value)).is_file():
+        return []
+    records = [json.loads(line) for line in Path(str(path.value)).read_text().splitlines() if line.strip()]
+    return [r["data_wait_fraction"] for r in records if r.get("kind") == "train" and "data_wait_fraction" in r]

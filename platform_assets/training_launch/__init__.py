@@ -1,0 +1,1 @@
+"""Launching the training job (training/) from the platform: settings and the torchrun command."""
