@@ -51,6 +51,11 @@ def test_stage_output_is_committed_pushed_and_pulled_on_a_fresh_clone(repo: Path
     assert version.md5.endswith(".dir") and version.files == 2 and version.pushed
     assert version.bytes == 256 * 64 + len('{"format": "flat"}')
     assert any((tmp_path / "remote").rglob("*")), "dvc push wrote nothing to the remote"
+    assert dvc.missing_in_remote(version, "store") == []
+    shutil.rmtree(tmp_path / "remote")
+    (tmp_path / "remote").mkdir()
+    assert dvc.missing_in_remote(version, "store") != []  # the check behind the asset's gate can fail
+    dvc.push(version, "store")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "dataset version")
     rev, dirty = dvc.git_state()
