@@ -27,6 +27,12 @@ def workspace(tmp_path_factory):
     config["storage"]["root"] = str(tmp / "platform")
     for src in config["sources"]:
         src["path"] = str(tmp / "sample" / Path(src["path"]).relative_to("../data/sample"))
+    # tmp is the DVC (and git) repository: no dvc.yaml stage owns the shards there, so the version
+    # is recorded with `dvc add`; 10 training steps keep the test short
+    subprocess.run(["git", "init", "-q", str(tmp)], check=True)
+    config["versioning"] = {"dvc_repo": str(tmp), "remote": {"name": "local", "url": str(tmp / "dvc-remote")}}
+    config["training"] = {"run_config": str(REPO / "configs" / "training_sample.yaml"), "max_steps": 10,
+                          "checkpoint_root": str(tmp / "checkpoints"), "overrides": {"checkpoint.interval": 5}}
     (tmp / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     home = tmp / "dagster_home"
     home.mkdir()
@@ -59,16 +65,28 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
                                               ("hub-mirror", "15", "0", "13")]:
         assert lines[source][1:5] == ["ok", raw, quarantined, cleaned], res.stdout
         assert "7/7 checks passed" in " ".join(lines[source]), res.stdout
-    # dedup across sources (hub-mirror copies kernel docs; planted copies in docs), then splits
-    assert " ".join(lines["corpus"]).startswith("corpus ok dedup 224 -> 204 documents, split 204 6/6 checks passed")
+    # dedup across sources (hub-mirror copies kernel docs; planted copies in docs), splits, tokens, shards
+    corpus = " ".join(lines["corpus"])
+    assert corpus.startswith("corpus ok dedup 224 -> 204 documents, split 204, tokens "), res.stdout
+    assert corpus.endswith("15/15 checks passed"), res.stdout
+    md5 = lines["release"][4]
+    assert lines["release"][:4] == ["release", "ok", "dvc", "md5"] and md5.endswith(".dir"), res.stdout
+    assert " ".join(lines["training"]).startswith("training ok steps 10, final loss "), res.stdout
+    assert (tmp / "platform" / "packed_shards" / "_all.dvc").is_file()
+    assert (tmp / "checkpoints" / md5.removesuffix(".dir") / "latest").is_file()
     out = tmp / "platform" / "raw_documents"
     first = {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
-    everything = {p: p.read_bytes() for p in sorted((tmp / "platform").rglob("*.parquet"))}
+    data_files = ("*.parquet", "*.bin", "*.tar", "index.json", "tokenizer.json")
+    everything = {p: p.read_bytes() for pattern in data_files for p in sorted((tmp / "platform").rglob(pattern))}
     res = _run([sys.executable, "-m", "platform_assets", "run"], env)
-    assert res.returncode == 0
-    assert {p: p.read_bytes() for p in sorted((tmp / "platform").rglob("*.parquet"))} == everything
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    again = {p: p.read_bytes() for pattern in data_files for p in sorted((tmp / "platform").rglob(pattern))}
+    assert again == everything  # the same bytes, hence the same DVC version
+    rerun = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.split()}
+    assert rerun["release"][4] == md5 and rerun["training"][:4] == ["training", "ok", "steps", "10,"]
+    assert rerun["training"] == lines["training"]  # resumed at its last checkpoint: nothing retrained
     res = _run([sys.executable, "-m", "platform_assets", "run", "--sources", "docs,pages"], env)
-    assert res.returncode == 0 and "deduplication and splits skipped: --sources given" in res.stdout
+    assert res.returncode == 0 and "deduplication and later stages skipped: --sources given" in res.stdout
     assert {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == first
 
     # the quarantine is one DuckDB query away
@@ -80,6 +98,19 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     res = _run([sys.executable, "-m", "platform_assets", "query",
                 "SELECT removed_source, count(*) FROM duplicates WHERE rule = 'exact_duplicate' GROUP BY ALL"], env)
     assert res.returncode == 0 and "hub-mirror" in res.stdout
+
+    # why a document is in the shards, or not: provenance and every removal table in one command
+    res = _run([sys.executable, "-m", "platform_assets", "query",
+                "SELECT document_id FROM provenance WHERE source = 'sft' AND split = 'train' "
+                "ORDER BY document_id LIMIT 1"], env)
+    packed_id = next(w for w in res.stdout.split() if len(w) == 32)
+    res = _run([sys.executable, "-m", "platform_assets", "query",
+                "SELECT removed_id FROM duplicates ORDER BY removed_id LIMIT 1"], env)
+    duplicate_id = next(w for w in res.stdout.split() if len(w) == 32)
+    res = _run([sys.executable, "-m", "platform_assets", "explain", packed_id, duplicate_id], env)
+    assert res.returncode == 0, res.stderr
+    assert f"{packed_id}: packed, " in res.stdout and "train/sft/shard-00000" in res.stdout
+    assert f"{duplicate_id}: removed by deduplicated_documents/_all" in res.stdout
 
 
 def test_dagster_cli_materializes_a_partition(workspace):
