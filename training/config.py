@@ -1,0 +1,242 @@
+"""The run config of a training job: one YAML (or JSON) file, validated strictly.
+
+An unknown key or a wrong type is an error that names it (``optimizer.lr: Input should be greater
+than 0``); relative paths are relative to the config file. Overrides (from the command line or from
+the Dagster Pipes extras) are dotted keys merged into the raw mapping *before* validation, so they
+are checked exactly like the file.
+
+The transformers-specific part of `model.overrides` (does `LlamaConfig` know `hidden_sise`?) is
+checked when the model is built (training/model.py), which needs the transformers config class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RunConfigError(ValueError):
+    """The run config is missing, unparsable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataSettings(_Strict):
+    """What the training loader reads: the fields of `training.data.loader.LoaderConfig`."""
+
+    data_dir: str
+    """A `flat` shard directory holding index.json (platform_assets/packing/SHARD_FORMAT.md)."""
+    split: str = "train"
+    weights: dict[str, Annotated[float, Field(gt=0.0)]] | None = None
+    """Mixture weight per source; None = proportional to each source's sample count."""
+    seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of the data order only (the model's init and dropout use the top-level `seed`)."""
+    global_batch_size: Annotated[int, Field(gt=0)] = 8
+    """Samples per optimizer step over all ranks = micro_batch_size * accumulation * world size."""
+    micro_batch_size: Annotated[int, Field(gt=0)] = 1
+    """Samples per forward pass per rank."""
+    samples_per_epoch: Annotated[int, Field(gt=0)] | None = None
+    num_workers: Annotated[int, Field(ge=0)] = 0
+    verify_checksums: bool = False
+    collate: Literal["packed", "padded"] = "packed"
+
+
+class ValidationSettings(_Strict):
+    split: str = "validation"
+    eval_interval: Annotated[int, Field(ge=0)] = 0
+    """Evaluate every this many optimizer steps (and after the last one); 0 = never."""
+    eval_batches: Annotated[int, Field(gt=0)] = 8
+    """Global batches (of `data.global_batch_size` samples) per evaluation: always the same first
+    samples of the split's epoch 0, so eval losses of different steps (and runs) are comparable."""
+
+
+class ModelSettings(_Strict):
+    model_type: str | None = None
+    """A transformers model type (`llama`, `gpt2`, ...): the config is `AutoConfig.for_model(model_type,
+    **overrides)` and the weights are freshly initialised; nothing is downloaded."""
+    model_path: str | None = None
+    """Or a local directory holding a saved `config.json` (its weights, if any, are not loaded)."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] = "sdpa"
+    """How attention keeps packed documents apart: sdpa/eager get a 4-D block-diagonal causal mask,
+    flash attention gets varlen cu_seqlens (training/packed_attention.py)."""
+    overrides: dict[str, Any] = {}
+    """transformers config fields, e.g. hidden_size, num_hidden_layers, num_attention_heads,
+    intermediate_size. vocab_size, max_position_embeddings and the pad/eos/bos ids default to the
+    shard index's."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSettings:
+        if (self.model_type is None) == (self.model_path is None):
+            raise ValueError("set exactly one of model_type and model_path")
+        return self
+
+
+class OptimizerSettings(_Strict):
+    """AdamW."""
+
+    lr: Annotated[float, Field(gt=0.0)] = 3e-4
+    """Peak learning rate, reached at the end of the warm-up."""
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.95)
+    eps: Annotated[float, Field(gt=0.0)] = 1e-8
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.1
+    """Applied to matrices (embeddings, projections) only, never to norms and biases."""
+    grad_clip: Annotated[float, Field(ge=0.0)] = 1.0
+    """Maximum global L2 norm of the gradients; 0 = no clipping (the norm is still reported)."""
+
+
+class ScheduleSettings(_Strict):
+    """Linear warm-up from 0 to `optimizer.lr`, then cosine decay to `min_lr_ratio * lr`."""
+
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    decay_steps: Annotated[int, Field(gt=0)] | None = None
+    """Step at which the cosine reaches its floor (then stays there); None = `max_steps`."""
+    min_lr_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+
+
+class CheckpointSettings(_Strict):
+    dir: str
+    """Holds step-<n>/ directories, the `latest` pointer and (by default) metrics.jsonl."""
+    interval: Annotated[int, Field(gt=0)] = 1000
+    """Save every this many optimizer steps, and always after the last step and on SIGTERM/SIGINT."""
+    keep_last: Annotated[int, Field(gt=0)] = 3
+    resume: bool = True
+    """Resume from the newest valid checkpoint in `dir` when there is one. False: start fresh, which
+    requires a `dir` without checkpoints (keep_last would otherwise prune the new run's first ones)."""
+    allow_dataset_change: bool = False
+    """Resume a checkpoint written for another `dataset_version` (the data order then differs)."""
+
+
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+
+
+class RunConfig(_Strict):
+    data: DataSettings
+    model: ModelSettings
+    checkpoint: CheckpointSettings
+    dataset_version: Annotated[str, Field(min_length=1)]
+    """The data version (DVC md5 of the shard set) this run trains on; recorded in every checkpoint
+    and metric record."""
+    max_steps: Annotated[int, Field(gt=0)]
+    """Optimizer steps of the whole run (a resumed run continues to the same total)."""
+    validation: ValidationSettings = ValidationSettings()
+    optimizer: OptimizerSettings = OptimizerSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
+    precision: Precision = "auto"
+    """auto: bf16 autocast on a CUDA device that supports it, else fp16 autocast with a GradScaler on
+    CUDA, fp32 on CPU. Weights and optimizer state stay fp32 in every mode."""
+    gradient_checkpointing: bool = False
+    compile: bool = False
+    """torch.compile the model (the first steps are slower while it compiles)."""
+    compile_backend: Literal["inductor", "aot_eager"] = "inductor"
+    """inductor generates fused kernels (the point of compiling); aot_eager traces the same forward and
+    backward graphs without generating code: it tells a tracing problem from a code-generation one, and
+    compiles in seconds instead of minutes."""
+    seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of the weight init and of dropout (per rank: seed + rank)."""
+    log_interval: Annotated[int, Field(gt=0)] = 10
+    metrics_file: str | None = None
+    """JSON lines, one record per logged step and per evaluation; None = `<checkpoint.dir>/metrics.jsonl`."""
+    log_sample_ids: bool = False
+    """Also write every step's sample ids per rank to `<checkpoint.dir>/samples-rank<r>.jsonl`, to
+    compare the data order of two runs."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms(True): bit-identical reruns on CPU, slower on GPU."""
+    cpu_threads: Annotated[int, Field(gt=0)] | None = None
+    """torch intra-op threads per process; None = torch's default (all cores)."""
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> RunConfig:
+        if self.data.global_batch_size % self.data.micro_batch_size:
+            raise ValueError(
+                f"data.global_batch_size ({self.data.global_batch_size}) must be a multiple of "
+                f"data.micro_batch_size ({self.data.micro_batch_size})"
+            )
+        return self
+
+    @property
+    def metrics_path(self) -> Path:
+        return Path(self.metrics_file) if self.metrics_file else Path(self.checkpoint.dir) / "metrics.jsonl"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The validated config as plain JSON types (recorded in every checkpoint)."""
+        return self.model_dump(mode="json")
+
+
+# Keys holding paths: made absolute against the config file's directory.
+_PATH_KEYS = (("data", "data_dir"), ("model", "model_path"), ("checkpoint", "dir"), ("metrics_file",))
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        where = "".join(f"[{k}]" if isinstance(k, int) else ("." if i else "") + str(k) for i, k in enumerate(e["loc"]))
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {where or '<top level>'}: {msg}")
+    return "invalid run config:\n" + "\n".join(lines)
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = json.loads(json.dumps(raw))  # a deep copy that cannot alias the caller's lists
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = merged
+        for i, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RunConfigError(f"override {dotted!r}: {'.'.join(parents[: i + 1])} is not a mapping")
+            node = child
+        node[leaf] = value
+    return merged
+
+
+def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
+    for keys in _PATH_KEYS:
+        node: Any = raw
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
+            node[keys[-1]] = str((base_dir / os.path.expanduser(node[keys[-1]])).resolve())
+
+
+def parse_run_config(
+    raw: Any, base_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None
+) -> RunConfig:
+    """Validate a raw mapping; relative paths (also in `overrides`) are taken against `base_dir`."""
+    if not isinstance(raw, dict):
+        raise RunConfigError(f"invalid run config: the top level must be a mapping, got {type(raw).__name__}")
+    merged = _apply_overrides(raw, overrides or {})
+    _resolve_paths(merged, Path(base_dir))
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as err:
+        raise RunConfigError(_format_errors(err)) from None
+
+
+def load_run_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Load a YAML or JSON run config file (JSON is valid YAML) and validate it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise RunConfigError(f"cannot read run config {path}: {err.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise RunConfigError(f"run config {path} is not valid YAML/JSON: {err}") from None
+    return parse_run_config(raw, path.parent, overrides)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key.sub=value` from the command line; the value is parsed as YAML (`3`, `true`, `[1, 2]`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise RunConfigError(f"override {text!r}: expected key=value, e.g. optimizer.lr=1e-3")
+    return key.strip(), yaml.safe_load(value)

@@ -1,0 +1,242 @@
+"""PackedLoader: a checkpointable, rank- and worker-sharded, mixture-weighted loader of `flat` shard sets.
+
+Sample g of epoch e is a deterministic function of (seed, epoch, g) (global_order.py); optimizer step t
+uses global samples [t*GB, (t+1)*GB) and rank r its contiguous block r of them (batch_plan.py). The
+loader counts what it has handed to the caller, so `state_dict()` is exact even with workers that
+prefetch, and `load_state_dict()` seeks: it sets two integers and the next `iter()` builds its dataset
+at that micro-batch, reading nothing before it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from training.data.batch_plan import BatchPlan
+from training.data.batch_transfer import group_size, unpack
+from training.data.collate import COLLATES
+from training.data.dataset import MicroBatchDataset
+from training.data.global_order import GlobalOrder
+from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
+from training.data.mixture import Mixture
+from training.data.shard_index import read_flat_index
+from training.data.shard_reader import SplitReader
+
+STATE_FORMAT = "training.data.PackedLoader"
+STATE_VERSION = 1
+
+
+class LoaderConfigError(ValueError):
+    """A LoaderConfig field with a wrong type or value (the message names the field)."""
+
+
+class LoaderStateError(ValueError):
+    """A state_dict that cannot resume this loader exactly (the message names the key that differs)."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    data_dir: str
+    """A `flat` format directory holding index.json (platform_assets/packing/SHARD_FORMAT.md)."""
+    split: str = "train"
+    global_batch_size: int = 8
+    """Samples per optimizer step over all ranks = micro_batch_size * accumulation_steps * world_size."""
+    micro_batch_size: int = 1
+    """Samples per forward pass per rank."""
+    seed: int = 0
+    weights: dict[str, float] | None = None
+    """Mixture weight per source (every source of the split; 0 leaves one out); None: proportional to
+    sample counts."""
+    samples_per_epoch: int | None = None
+    """None: the split's total samples (of the sources with a weight > 0)."""
+    num_workers: int = 0
+    verify_checksums: bool = False
+    """sha256 of every file of the split against the index when the loader is built."""
+    collate: str = "packed"
+    """"packed" (fixed seq_len, segments) or "padded" (one document per sample, padded to the longest in
+    the batch, length-bucketed)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data_dir, str | os.PathLike):
+            raise LoaderConfigError(f"data_dir: expected a path, got {self.data_dir!r}")
+        if not isinstance(self.split, str) or not self.split:
+            raise LoaderConfigError(f"split: expected a split name, got {self.split!r}")
+        for name, low in (("global_batch_size", 1), ("micro_batch_size", 1), ("seed", 0), ("num_workers", 0)):
+            v = getattr(self, name)
+            if not _is_int(v) or v < low:
+                raise LoaderConfigError(f"{name}: expected an int >= {low}, got {v!r}")
+        if self.samples_per_epoch is not None and (not _is_int(self.samples_per_epoch)
+                                                   or self.samples_per_epoch < 1):
+            raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {self.samples_per_epoch!r}")
+        if self.weights is not None and not isinstance(self.weights, Mapping):
+            raise LoaderConfigError(f"weights: expected None or a mapping source -> weight, got {self.weights!r}")
+        if not isinstance(self.verify_checksums, bool):
+            raise LoaderConfigError(f"verify_checksums: expected a bool, got {self.verify_checksums!r}")
+        if self.collate not in COLLATES:
+            raise LoaderConfigError(f"collate: expected one of {list(COLLATES)}, got {self.collate!r}")
+
+
+def _as_is(batch: Any) -> Any:
+    return batch  # the dataset yields collated batches; DataLoader's default_convert would walk them again
+
+
+class PackedLoader:
+    def __init__(self, cfg: LoaderConfig, rank: int = 0, world_size: int = 1) -> None:
+        self.cfg = cfg
+        self.index = read_flat_index(cfg.data_dir)
+        self.reader = SplitReader(self.index, cfg.split)
+        if cfg.verify_checksums:
+            self.reader.verify_checksums()
+        self.mixture = Mixture.from_weights(self.reader.sources, self.reader.sizes.tolist(), cfg.weights, cfg.split)
+        drawn = sum(int(n) for n, p in zip(self.reader.sizes, self.mixture.numerators, strict=True) if p)
+        self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
+        steps = self.samples_per_epoch // cfg.global_batch_size
+        if steps == 0:
+            raise LoaderConfigError(f"samples_per_epoch {self.samples_per_epoch} < global_batch_size "
+                                    f"{cfg.global_batch_size}: an epoch would not fill one optimizer step")
+        self.plan = BatchPlan(cfg.global_batch_size, cfg.micro_batch_size, world_size, rank, steps)
+        self.rank, self.world_size = rank, world_size
+        order = GlobalOrder(self.reader.sizes, self.mixture, cfg.seed, steps * cfg.global_batch_size)
+        if cfg.collate == "padded":
+            self.reader.check_one_segment_per_sample()
+            self.order: GlobalOrder | LengthBuckets = LengthBuckets(order, self.reader.lengths, cfg.global_batch_size)
+        else:
+            self.order = order
+        self._epoch = 0
+        self._micro = 0  # micro-batches of the current epoch handed to the caller by this rank
+        self._generation = 0  # bumped by every iter(): an older iterator stops being valid
+
+    # -- position -----------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The current epoch; it advances when its last micro-batch is handed out."""
+        return self._epoch
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch: samples_per_epoch // global_batch_size (the remainder is dropped)."""
+        return self.plan.steps_per_epoch
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.plan.accumulation_steps
+
+    @property
+    def consumed_samples(self) -> int:
+        """Global samples of the current epoch handed out, assuming all ranks advance in lock step."""
+        return self._micro * self.plan.samples_per_micro_batch_globally
+
+    # -- iteration ----------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        """This rank's micro-batches from the current position to the end of the current epoch; then the
+        epoch advances (the next `iter()` starts the next epoch)."""
+        self._generation += 1
+        return self._micro_batches(self._generation)
+
+    def _micro_batches(self, generation: int) -> Iterator[dict[str, Any]]:
+        workers = self.cfg.num_workers
+        pin = torch.cuda.is_available()
+        group = group_size(self.cfg.micro_batch_size, self.index.seq_len) if workers else None
+        dataset = MicroBatchDataset(self.plan, self.order, self.reader, self.cfg.collate, self._epoch, self._micro,
+                                    group)
+        messages = None
+        if workers:
+            messages = iter(DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
+                                       pin_memory=pin))
+            it = (batch for message in messages for batch in unpack(message))
+        else:
+            # in process the DataLoader would only add its bookkeeping (~30 us a batch, a fifth of the
+            # batch's cost): iterate the dataset itself and pin here, as its single-process path does
+            it = iter(dataset)
+        total = self.plan.micro_batches_per_epoch
+        try:
+            for item in it:
+                if generation != self._generation:
+                    raise RuntimeError("this iterator was superseded by a later iter(loader): iterate the newest "
+                                       "one (it continues from the last micro-batch handed out)")
+                batch = item
+                if pin and not workers:
+                    batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
+                self._micro += 1
+                if self._micro == total:
+                    self._epoch, self._micro = self._epoch + 1, 0
+                yield batch
+        finally:
+            shutdown = getattr(messages, "_shutdown_workers", None)
+            if shutdown is not None:  # stop workers now, not when the iterator is garbage-collected
+                shutdown()
+
+    # -- checkpointing ------------------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        """What fixes the global order: a state saved under other values would resume a different one."""
+        return {
+            "seed": self.cfg.seed,
+            "global_batch_size": self.cfg.global_batch_size,
+            "samples_per_epoch": self.samples_per_epoch,
+            "split": self.cfg.split,
+            "collate": self.cfg.collate,
+            "bucket_window_steps": BUCKET_WINDOW_STEPS if self.cfg.collate == "padded" else None,
+            "mixture": self.mixture.as_state(),
+            "index_sha256": self.index.sha256,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain JSON-able: where the caller is (epoch, consumed_samples: global samples of the epoch
+        handed out) and what fixes the order."""
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "epoch": self._epoch,
+            "consumed_samples": self.consumed_samples,
+            "micro_batch_size": self.cfg.micro_batch_size,
+            "world_size": self.world_size,
+            **self._identity(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Seek to `state` in O(1). The world size and micro batch size may differ from the saving run's
+        when the state lies on an optimizer-step boundary (every state_dict taken between steps does)."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise LoaderStateError(f"not a PackedLoader state (format {STATE_FORMAT!r} expected)")
+        if state.get("version") != STATE_VERSION:
+            raise LoaderStateError(f"state version {state.get('version')!r}; this loader reads {STATE_VERSION}")
+        for key, mine in self._identity().items():
+            if key not in state:
+                raise LoaderStateError(f"state lacks {key!r}")
+            if state[key] != mine:
+                raise LoaderStateError(f"state was saved with {key}={state[key]!r}, this loader has {mine!r}: the "
+                                       f"sample order would differ, so it cannot resume exactly")
+        epoch, consumed = state.get("epoch"), state.get("consumed_samples")
+        gb = self.cfg.global_batch_size
+        used = self.plan.steps_per_epoch * gb
+        if not _is_int(epoch) or epoch < 0:
+            raise LoaderStateError(f"state epoch: expected an int >= 0, got {epoch!r}")
+        if not _is_int(consumed) or not 0 <= consumed <= used:
+            raise LoaderStateError(f"state consumed_samples: expected an int in [0, {used}], got {consumed!r}")
+        if consumed % gb:
+            # mid-step: the ranks' partial blocks of step t are only the same samples under the same split
+            saved = (state.get("world_size"), state.get("micro_batch_size"))
+            if saved != (self.world_size, self.cfg.micro_batch_size):
+                raise LoaderStateError(
+                    f"state is {consumed % gb} samples into optimizer step {consumed // gb}: resume it with the "
+                    f"world_size and micro_batch_size it was saved with ({saved[0]}, {saved[1]}), not "
+                    f"({self.world_size}, {self.cfg.micro_batch_size}); states saved between steps resume "
+                    f"on any world size")
+        if consumed % self.plan.samples_per_micro_batch_globally:
+            raise LoaderStateError(f"state consumed_samples {consumed} is not a whole number of micro-batches of "
+                                   f"{self.plan.samples_per_micro_batch_globally} samples (micro_batch_size x "
+                                   f"world_size)")
+        if consumed == used:
+            epoch, consumed = epoch + 1, 0
+        self._epoch = epoch
+        self._micro = consumed // self.plan.samples_per_micro_batch_globally
+        self._generation += 1  # an iterator taken before the seek must not continue from the old position

@@ -1,0 +1,216 @@
+"""The `flat` format's index.json (platform_assets/packing/SHARD_FORMAT.md), parsed and checked.
+
+Everything the loader needs to open the raw .bin files comes from here: seq_len, the token dtype and
+the sets of every (split, source) with their shards and files. A malformed index is refused with an
+error naming the index file and the key that is wrong, before any .bin file is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+FORMAT = "flat"
+FORMAT_VERSION = 1
+INDEX_NAME = "index.json"
+TOKEN_DTYPES: dict[str, type[np.unsignedinteger]] = {"uint16": np.uint16, "uint32": np.uint32}
+SEQLEN_DTYPE = np.int32  # one int32 per segment
+SEQPTR_DTYPE = np.int64  # samples + 1 offsets into the seqlens file
+MASK_DTYPE = np.uint8
+
+
+class ShardIndexError(ValueError):
+    """index.json does not follow SHARD_FORMAT.md (the message names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    """Relative to the index's directory (POSIX separators)."""
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str
+    samples: int
+    tokens: FileEntry
+    seqlens: FileEntry
+    seqptr: FileEntry
+    mask: FileEntry | None
+    """Present exactly when the index says has_loss_mask."""
+
+    @property
+    def segments(self) -> int:
+        return self.seqlens.bytes // np.dtype(SEQLEN_DTYPE).itemsize
+
+    def files(self) -> tuple[FileEntry, ...]:
+        return (self.tokens, self.seqlens, self.seqptr) + ((self.mask,) if self.mask else ())
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    split: str
+    source: str
+    samples: int
+    shards: tuple[Shard, ...]
+
+
+@dataclass(frozen=True)
+class FlatIndex:
+    root: Path
+    """The directory holding index.json; file paths are relative to it."""
+    seq_len: int
+    token_dtype: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int | None
+    has_loss_mask: bool
+    sets: tuple[ShardSet, ...]
+    sha256: str
+    """Of index.json's bytes: identifies the data a loader state belongs to (rebuilds are byte-identical)."""
+
+    @property
+    def index_path(self) -> Path:
+        return self.root / INDEX_NAME
+
+    def splits(self) -> list[str]:
+        return sorted({s.split for s in self.sets})
+
+    def split_sets(self, split: str) -> tuple[ShardSet, ...]:
+        """The split's sets in index order (sorted by source): position = the source index of sample ids."""
+        found = tuple(s for s in self.sets if s.split == split)
+        if not found:
+            raise ShardIndexError(f"{self.index_path}: no shard set for split {split!r} "
+                                  f"(splits: {', '.join(self.splits()) or 'none'})")
+        return found
+
+
+def _need(obj: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in obj:
+        raise ShardIndexError(f"{where}: missing key {key!r}")
+    value = obj[key]
+    # bool is an int subclass: a count written as true/false is still wrong
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ShardIndexError(f"{where}.{key}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _count(obj: dict[str, Any], key: str, where: str) -> int:
+    value = _need(obj, key, int, where)
+    if value < 0:
+        raise ShardIndexError(f"{where}.{key}: must be >= 0, got {value}")
+    return value
+
+
+def _relative_path(path: str, where: str) -> str:
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        raise ShardIndexError(f"{where}.path: must be relative to the index directory, got {path!r}")
+    return path
+
+
+def _file(files: dict[str, Any], kind: str, expected_bytes: int | None, where: str) -> FileEntry:
+    entry = _need(files, kind, dict, where)
+    w = f"{where}.{kind}"
+    path = _relative_path(_need(entry, "path", str, w), w)
+    nbytes = _count(entry, "bytes", w)
+    sha = _need(entry, "sha256", str, w)
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise ShardIndexError(f"{w}.sha256: expected 64 lowercase hex digits, got {sha!r}")
+    if expected_bytes is not None and nbytes != expected_bytes:
+        raise ShardIndexError(f"{w}.bytes: {nbytes} does not fit the shard ({expected_bytes} expected from "
+                              f"its samples and seq_len)")
+    return FileEntry(path, nbytes, sha)
+
+
+def _shard(doc: dict[str, Any], seq_len: int, itemsize: int, has_mask: bool, where: str) -> Shard:
+    name = _need(doc, "name", str, where)
+    where = f"{where} ({name})"
+    samples = _count(doc, "samples", where)
+    files = _need(doc, "files", dict, where)
+    w = f"{where}.files"
+    expected = {"tokens", "seqlens", "seqptr"} | ({"mask"} if has_mask else set())
+    if set(files) != expected:
+        raise ShardIndexError(f"{w}: expected files {sorted(expected)} (has_loss_mask={has_mask}), "
+                              f"got {sorted(files)}")
+    seqlens = _file(files, "seqlens", None, w)
+    if seqlens.bytes % np.dtype(SEQLEN_DTYPE).itemsize:
+        raise ShardIndexError(f"{w}.seqlens.bytes: {seqlens.bytes} is not a whole number of int32")
+    return Shard(
+        name=name,
+        samples=samples,
+        tokens=_file(files, "tokens", samples * seq_len * itemsize, w),
+        seqlens=seqlens,
+        seqptr=_file(files, "seqptr", (samples + 1) * np.dtype(SEQPTR_DTYPE).itemsize, w),
+        mask=_file(files, "mask", samples * seq_len, w) if has_mask else None,
+    )
+
+
+def read_flat_index(data_dir: str | Path) -> FlatIndex:
+    """Parse `<data_dir>/index.json` of a `flat` format directory and check it against the spec."""
+    root = Path(data_dir)
+    path = root / INDEX_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ShardIndexError(f"{path}: not found (data_dir must be a `flat` format directory holding "
+                              f"{INDEX_NAME})") from None
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ShardIndexError(f"{path}: not valid JSON ({err})") from None
+    where = str(path)
+    if not isinstance(doc, dict):
+        raise ShardIndexError(f"{where}: expected a JSON object")
+    if doc.get("format") != FORMAT:
+        raise ShardIndexError(f"{where}.format: expected {FORMAT!r}, got {doc.get('format')!r} "
+                              f"(the loader reads the flat format dir)")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ShardIndexError(f"{where}.format_version: this loader reads version {FORMAT_VERSION}, "
+                              f"got {doc.get('format_version')!r}")
+    seq_len = _need(doc, "seq_len", int, where)
+    if seq_len <= 0:
+        raise ShardIndexError(f"{where}.seq_len: must be > 0, got {seq_len}")
+    token_dtype = _need(doc, "token_dtype", str, where)
+    if token_dtype not in TOKEN_DTYPES:
+        raise ShardIndexError(f"{where}.token_dtype: expected one of {sorted(TOKEN_DTYPES)}, got {token_dtype!r}")
+    vocab_size = _need(doc, "vocab_size", int, where)
+    if vocab_size <= 0 or vocab_size > np.iinfo(TOKEN_DTYPES[token_dtype]).max + 1:
+        raise ShardIndexError(f"{where}.vocab_size: {vocab_size} does not fit token_dtype {token_dtype}")
+    pad_id = _need(doc, "pad_id", int, where)
+    eos_id = doc.get("eos_id")
+    for key, value in (("pad_id", pad_id), ("eos_id", eos_id)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value < vocab_size):
+            raise ShardIndexError(f"{where}.{key}: expected a token id in [0, {vocab_size}), got {value!r}")
+    has_mask = _need(doc, "has_loss_mask", bool, where)
+    itemsize = np.dtype(TOKEN_DTYPES[token_dtype]).itemsize
+    sets = []
+    for i, s in enumerate(_need(doc, "sets", list, where)):
+        w = f"{where}.sets[{i}]"
+        if not isinstance(s, dict):
+            raise ShardIndexError(f"{w}: expected an object")
+        split, source = _need(s, "split", str, w), _need(s, "source", str, w)
+        w = f"{w} ({split}/{source})"
+        shards = []
+        for j, sh in enumerate(_need(s, "shards", list, w)):
+            if not isinstance(sh, dict):
+                raise ShardIndexError(f"{w}.shards[{j}]: expected an object")
+            shards.append(_shard(sh, seq_len, itemsize, has_mask, f"{w}.shards[{j}]"))
+        samples = _count(s, "samples", w)
+        if samples != sum(sh.samples for sh in shards):
+            raise ShardIndexError(f"{w}.samples: {samples} is not the sum of its shards' samples "
+                                  f"({sum(sh.samples for sh in shards)})")
+        sets.append(ShardSet(split, source, samples, tuple(shards)))
+    keys = [(s.split, s.source) for s in sets]
+    if keys != sorted(keys) or len(set(keys)) != len(keys):
+        raise ShardIndexError(f"{where}.sets: must be sorted by (split, source) without repeats, got {keys}")
+    return FlatIndex(root=root, seq_len=seq_len, token_dtype=token_dtype, vocab_size=vocab_size, pad_id=pad_id,
+                     eos_id=eos_id, has_loss_mask=has_mask, sets=tuple(sets), sha256=hashlib.sha256(raw).hexdigest())

@@ -1,0 +1,556 @@
+"""The training job: `python -m training.train --config run.yaml` or the same under torchrun.
+
+    torchrun --nproc-per-node 2 -m training.train --config run.yaml --set optimizer.lr=1e-3
+
+One optimizer step = `data.global_batch_size` samples over all ranks: each rank runs the loader's
+`accumulation_steps` micro-batches, gradients are synchronised (DDP) only on the last one (`no_sync`
+before), and the loss is the mean over the loss tokens of the *whole* global batch, so it does not
+depend on the world size or on how a batch is split into micro-batches.
+
+A run resumes by itself from the newest complete checkpoint in `checkpoint.dir` (model, optimizer,
+schedule, loss scaler, RNG states, the loader's exact position); SIGTERM or SIGINT finishes the current
+step, saves a checkpoint and exits 0 on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from training.checkpoint import Checkpoint, CheckpointError, find_latest_checkpoint, read_checkpoint, save_checkpoint
+from training.config import RunConfig, RunConfigError, load_run_config, parse_override
+from training.data.loader import LoaderConfig, PackedLoader
+from training.distributed import DistEnv, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed
+from training.distributed import shutdown as shutdown_distributed
+from training.loss import token_loss_sum
+from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
+from training.model import ShardSetInfo, build_model, parameter_groups
+from training.packed_attention import attention_inputs
+from training.precision import resolve_precision
+from training.schedule import WarmupCosine, build_scheduler
+
+log = logging.getLogger("training")
+
+# The tensors a forward pass needs on the device; the counters and ids stay on the host.
+_DEVICE_KEYS = ("input_ids", "labels", "position_ids", "segment_ids")
+
+
+class DatasetVersionMismatch(CheckpointError):
+    """The newest checkpoint was trained on another dataset version."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    """The last completed optimizer step."""
+    max_steps: int
+    stopped_by_signal: bool
+    """SIGTERM/SIGINT ended the run early (after saving); resuming continues it."""
+    loss: float | None
+    """The last step's training loss (None when this process trained no step)."""
+    eval_loss: float | None
+    tokens_seen: int
+    """Non-padding tokens trained on over the whole run, resumed segments included."""
+    tokens_per_s: float
+    """Non-padding tokens per second over the steps this process ran (all ranks together)."""
+    data_wait_fraction: float
+    """Share of this process's step time spent blocked on the loader (rank 0's)."""
+    resumed_from: int | None
+    checkpoint: str | None
+    """The newest checkpoint after the run."""
+    metrics_path: str
+
+
+class StopRequest:
+    """SIGTERM/SIGINT set a flag that the loop reads after each step; a second SIGINT interrupts."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:
+            # A forked DataLoader worker inherited this handler: Ctrl-C reaches the whole process group,
+            # and the worker must keep serving batches until the main process has finished its step.
+            return
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        log.warning("%s received: finishing the current step, then saving a checkpoint", self.requested)
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("not on the main thread: SIGTERM/SIGINT will not trigger a checkpoint")
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
+    data = cfg.data
+    if split is None:
+        return LoaderConfig(
+            data_dir=data.data_dir, split=data.split, global_batch_size=data.global_batch_size,
+            micro_batch_size=data.micro_batch_size, seed=data.seed, weights=data.weights,
+            samples_per_epoch=data.samples_per_epoch, num_workers=data.num_workers,
+            verify_checksums=data.verify_checksums, collate=data.collate,
+        )
+    # Evaluation: the split's natural mixture (weights name training sources), no workers (a few
+    # batches, read once per eval), the same batch geometry as training.
+    return LoaderConfig(
+        data_dir=data.data_dir, split=split, global_batch_size=data.global_batch_size,
+        micro_batch_size=data.micro_batch_size, seed=data.seed, collate=data.collate,
+    )
+
+
+def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str) -> PackedLoader:
+    """The loader's own errors name the field; say which section of the run config it came from."""
+    try:
+        return PackedLoader(loader_cfg, rank=env.rank, world_size=env.world_size)
+    except ValueError as err:  # LoaderConfigError, ShardIndexError, MixtureError
+        raise RunConfigError(f"{section} (split {loader_cfg.split!r} of {loader_cfg.data_dir}): {err}") from err
+
+
+def _rng_state() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # as plain ints: torch.load(weights_only=True) refuses numpy arrays
+        "numpy": (name, keys.tolist(), pos, has_gauss, cached),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """One rank's share of the run. Built by `run`, which owns the process group and signals."""
+
+    def __init__(self, cfg: RunConfig, env: DistEnv, callbacks: Sequence[MetricsCallback] = ()) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.device = env.device
+        self.precision = resolve_precision(cfg.precision, env.device)
+
+        self.loader = _open_loader(_loader_config(cfg), env, "data")
+        self.accumulation = self.loader.accumulation_steps
+        # The same init on every rank (DDP would broadcast rank 0's weights anyway).
+        self.model = build_model(
+            cfg.model, ShardSetInfo.from_index(self.loader.index), seed=cfg.seed,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+        ).to(self.device)
+        self.model.train()
+        opt = cfg.optimizer
+        self.optimizer = torch.optim.AdamW(
+            parameter_groups(self.model, opt.weight_decay), lr=opt.lr, betas=opt.betas, eps=opt.eps,
+            fused=self.device.type == "cuda",  # one kernel for all parameters instead of a loop of small ones
+        )
+        self.schedule = WarmupCosine(
+            cfg.schedule.warmup_steps, cfg.schedule.decay_steps or cfg.max_steps, cfg.schedule.min_lr_ratio
+        )
+        self.scheduler = build_scheduler(self.optimizer, self.schedule)
+        self.scaler = self.precision.grad_scaler(self.device)
+
+        self.eval_loader: PackedLoader | None = None
+        if cfg.validation.eval_interval:
+            self.eval_loader = _open_loader(_loader_config(cfg, cfg.validation.split), env, "validation")
+            self._eval_start = self.eval_loader.state_dict()
+
+        self.step = 0
+        self.tokens_seen = 0
+        self.last_loss: float | None = None
+        self.last_eval_loss: float | None = None
+        self.resumed_from = self._resume()
+
+        self.ddp: DistributedDataParallel | None = None
+        forward: torch.nn.Module = self.model
+        if env.world_size > 1:
+            self.ddp = DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+            forward = self.ddp
+        self.forward = torch.compile(forward, backend=cfg.compile_backend) if cfg.compile else forward
+        self.eval_forward = torch.compile(self.model, backend=cfg.compile_backend) if cfg.compile else self.model
+
+        resume_step = self.step
+        self.metrics = (
+            MetricsLogger(cfg.metrics_path, resume_step=resume_step, max_steps=cfg.max_steps,
+                          dataset_version=cfg.dataset_version, callbacks=callbacks)
+            if env.is_main else None
+        )
+        self.sample_log = (
+            JsonLinesLog(Path(cfg.checkpoint.dir) / f"samples-rank{env.rank}.jsonl", resume_step)
+            if cfg.log_sample_ids else None
+        )
+        if env.is_main:
+            n_params = sum(p.numel() for p in self.model.parameters())
+            log.info(
+                "%s: %.2fM parameters, %d rank(s) on %s, precision %s, %d micro-batch(es) of %d per rank per step, "
+                "%d steps per epoch, %s",
+                type(self.model).__name__,
+                n_params / 1e6, env.world_size, self.device, self.precision.name, self.accumulation,
+                cfg.data.micro_batch_size, self.loader.steps_per_epoch,
+                f"resumed at step {self.step}" if self.resumed_from is not None else "fresh start",
+            )
+
+    # ---------------------------------------------------------------- resume
+
+    def _resume(self) -> int | None:
+        """Load the newest complete checkpoint, if any; returns its step."""
+        cfg, env = self.cfg, self.env
+        path = None
+        if env.is_main:
+            latest = find_latest_checkpoint(cfg.checkpoint.dir)
+            if latest is not None and not cfg.checkpoint.resume:
+                # keep_last prunes by step number: a fresh run's early checkpoints would be deleted first
+                raise CheckpointError(
+                    f"checkpoint.dir {cfg.checkpoint.dir} already holds checkpoints (newest: step {latest.step}) "
+                    "and checkpoint.resume is false: use an empty directory, or resume"
+                )
+            path = str(latest.path) if latest else None
+        path = broadcast_object(path, env)  # every rank resumes the same checkpoint, whatever appears meanwhile
+        if path is None:
+            # Per-rank streams for dropout; python/numpy for anything else random in the loop.
+            _seed_everything(cfg.seed * 1000 + env.rank)
+            return None
+        ckpt = read_checkpoint(path)
+        same_data = ckpt.meta.get("dataset_version") == cfg.dataset_version
+        if not same_data and not cfg.checkpoint.allow_dataset_change:
+            raise DatasetVersionMismatch(
+                f"checkpoint {ckpt.path} was trained on dataset_version {ckpt.meta.get('dataset_version')!r}, "
+                f"this run is configured for {cfg.dataset_version!r}: refusing to resume onto other data. "
+                "Use a new checkpoint.dir, or set checkpoint.allow_dataset_change: true to continue the weights "
+                "(the data order then restarts at the new dataset's first sample)."
+            )
+        self._load(ckpt, same_data)
+        return ckpt.step
+
+    def _load(self, ckpt: Checkpoint, same_data: bool) -> None:
+        cfg, env = self.cfg, self.env
+        self.model.load_state_dict(ckpt.load("model"))
+        optim = ckpt.load("optim")
+        self.optimizer.load_state_dict(optim["optimizer"])
+        self.scaler.load_state_dict(optim["scaler"])
+        # The step counter comes from the checkpoint; the lr schedule and AdamW hyperparameters from
+        # this run's config (LambdaLR and AdamW would otherwise restore the old ones), so a resumed run
+        # may extend max_steps or change the lr and the change takes effect.
+        sched = dict(optim["scheduler"])
+        sched["lr_lambdas"] = [None] * len(self.optimizer.param_groups)
+        sched.pop("base_lrs", None)
+        self.scheduler.load_state_dict(sched)
+        self._apply_optimizer_settings(self.scheduler.last_epoch)
+
+        rng = ckpt.load("rng")
+        if rng["world_size"] == env.world_size:
+            _set_rng_state(rng["ranks"][env.rank])
+        else:
+            # Elastic resume: per-rank streams cannot map onto another world size; reseed
+            # deterministically from the step instead. The data order is unaffected (the loader's seek).
+            _seed_everything((cfg.seed * 1000 + env.rank) * 1_000_003 + ckpt.step)
+        if same_data:
+            self.loader.load_state_dict(ckpt.meta["loader"])
+        self.step = ckpt.step
+        self.tokens_seen = int(ckpt.meta["tokens_seen"])
+        self.last_loss = ckpt.meta.get("loss")
+        if env.is_main:
+            log.info("resumed from %s (step %d, %s tokens seen)", ckpt.path, ckpt.step, f"{self.tokens_seen:,}")
+
+    def _apply_optimizer_settings(self, step: int) -> None:
+        opt = self.cfg.optimizer
+        factor = self.schedule(step)
+        for group, decay in zip(self.optimizer.param_groups, (opt.weight_decay, 0.0), strict=True):
+            group.update(lr=opt.lr * factor, initial_lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=decay)
+        self.scheduler.base_lrs = [opt.lr] * len(self.optimizer.param_groups)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    # ---------------------------------------------------------------- data
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        if self.device.type != "cuda":
+            return {k: batch[k] for k in _DEVICE_KEYS}
+        # Pinned host memory makes the copy asynchronous (non_blocking): it overlaps the previous
+        # micro-batch's kernels instead of stalling the host.
+        return {
+            k: (batch[k] if batch[k].is_pinned() else batch[k].pin_memory()).to(self.device, non_blocking=True)
+            for k in _DEVICE_KEYS
+        }
+
+    def _forward_loss_sum(self, module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self.precision.autocast(self.device):
+            logits = module(
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                **attention_inputs(batch["segment_ids"], self.cfg.model.attn_implementation),
+            ).logits
+        return token_loss_sum(logits, batch["labels"])
+
+    # ---------------------------------------------------------------- the step
+
+    def _fetch_step(self, data_iter: Any) -> tuple[list[dict[str, Any]], float, Any]:
+        """This rank's micro-batches of the next optimizer step; returns them, the seconds spent
+        waiting for them, and the (possibly renewed, at an epoch boundary) iterator."""
+        batches = []
+        waited = 0.0
+        for i in range(self.accumulation):
+            t0 = time.perf_counter()
+            try:
+                batch = next(data_iter)
+            except StopIteration:
+                if i:
+                    raise RuntimeError(
+                        f"the loader ended an epoch after {i} of {self.accumulation} micro-batches of a step"
+                    ) from None
+                data_iter = iter(self.loader)  # the next epoch
+                batch = next(data_iter)
+            waited += time.perf_counter() - t0
+            batches.append(batch)
+        return batches, waited, data_iter
+
+    def _train_step(self, batches: list[dict[str, Any]], stop_requested: bool) -> tuple[float, float, int, bool]:
+        """Forward/backward over the micro-batches, one optimizer update. Returns (loss, grad norm,
+        global non-padding tokens, whether any rank asked to stop)."""
+        env = self.env
+        # Normaliser of the global batch, known before the first backward: gradients are then exactly
+        # those of sum(token losses) / global loss tokens, whatever the split over ranks/micro-batches.
+        local_loss_tokens = torch.tensor([sum(int(b["num_loss_tokens"]) for b in batches)], dtype=torch.float64)
+        # max(1, .): a global batch whose every label is masked contributes no gradient, not NaN
+        loss_tokens = max(float(all_reduce_sum(local_loss_tokens.to(self.device), env).item()), 1.0)
+        # DDP averages gradients over ranks: scale by world_size so the average is the global sum.
+        scale = env.world_size / loss_tokens
+
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, host_batch in enumerate(batches):
+            batch = self._to_device(host_batch)
+            last = i == len(batches) - 1
+            sync = contextlib.nullcontext() if (self.ddp is None or last) else self.ddp.no_sync()
+            with sync:
+                micro_sum = self._forward_loss_sum(self.forward, batch)
+                self.scaler.scale(micro_sum * scale).backward()
+            loss_sum += micro_sum.detach().double()
+
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.optimizer.grad_clip or float("inf")  # inf: measure the norm, clip nothing
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        # One small all-reduce for the step's figures and the stop vote: a rank that got SIGTERM makes
+        # every rank stop after this same step.
+        tokens = sum(int(b["num_tokens"]) for b in batches)
+        figures = torch.stack([
+            loss_sum,
+            torch.tensor(float(tokens), dtype=torch.float64, device=self.device),
+            torch.tensor(float(stop_requested), dtype=torch.float64, device=self.device),
+        ])
+        figures = all_reduce_sum(figures, env).tolist()  # the step's one host sync
+        loss = figures[0] / loss_tokens
+        return loss, float(grad_norm), int(figures[1]), figures[2] > 0
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, int]:
+        """Token-weighted mean loss over the first `eval_batches` global batches of the validation split."""
+        assert self.eval_loader is not None
+        self.model.eval()
+        self.eval_loader.load_state_dict(self._eval_start)
+        steps = min(self.cfg.validation.eval_batches, self.eval_loader.steps_per_epoch)
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        data_iter = iter(self.eval_loader)
+        for _ in range(steps * self.eval_loader.accumulation_steps):
+            host_batch = next(data_iter)
+            totals[0] += self._forward_loss_sum(self.eval_forward, self._to_device(host_batch)).double()
+            totals[1] += int(host_batch["num_loss_tokens"])
+        loss_sum, n_tokens = all_reduce_sum(totals, self.env).tolist()
+        self.model.train()
+        return loss_sum / max(n_tokens, 1.0), int(n_tokens)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save(self) -> None:
+        """Every rank contributes its RNG state; rank 0 writes; all wait until the checkpoint exists."""
+        rng = all_gather_object(_rng_state(), self.env)
+        if self.env.is_main:
+            save_checkpoint(
+                self.cfg.checkpoint.dir,
+                self.step,
+                payloads={
+                    "model": self.model.state_dict(),
+                    "optim": {
+                        "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(),
+                        "scaler": self.scaler.state_dict(),
+                    },
+                    "rng": {"world_size": self.env.world_size, "ranks": rng},
+                },
+                meta={
+                    "dataset_version": self.cfg.dataset_version,
+                    "loader": self.loader.state_dict(),
+                    "tokens_seen": self.tokens_seen,
+                    "loss": self.last_loss,
+                    "world_size": self.env.world_size,
+                    "config": self.cfg.to_json_dict(),
+                },
+                keep_last=self.cfg.checkpoint.keep_last,
+            )
+        barrier(self.env)
+
+    # ---------------------------------------------------------------- the loop
+
+    def train(self, stop: StopRequest) -> TrainResult:
+        cfg = self.cfg
+        data_iter = iter(self.loader)
+        stopped = False
+        run_tokens, run_time, run_wait = 0, 0.0, 0.0
+        interval = {"steps": 0, "tokens": 0, "time": 0.0, "wait": 0.0}
+        while self.step < cfg.max_steps:
+            t0 = time.perf_counter()
+            epoch = self.loader.epoch  # of this step's samples (it advances as the last one is handed out)
+            batches, waited, data_iter = self._fetch_step(data_iter)
+            lr = self.optimizer.param_groups[0]["lr"]
+            loss, grad_norm, tokens, stop_now = self._train_step(batches, stop.requested is not None)
+            elapsed = time.perf_counter() - t0
+            self.step += 1
+            self.tokens_seen += tokens
+            self.last_loss = loss
+            run_tokens += tokens
+            run_time += elapsed
+            run_wait += waited
+            interval["steps"] += 1
+            interval["tokens"] += tokens
+            interval["time"] += elapsed
+            interval["wait"] += waited
+
+            if self.sample_log is not None:
+                ids = [int(i) for b in batches for i in b["sample_ids"].tolist()]
+                self.sample_log.write({"step": self.step, "rank": self.env.rank, "sample_ids": ids})
+            last = self.step == cfg.max_steps
+            if self.metrics is not None and (self.step % cfg.log_interval == 0 or last or stop_now or self.step == 1):
+                self.metrics.log({
+                    "kind": "train", "step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                    "tokens_per_s": interval["tokens"] / max(interval["time"], 1e-9),
+                    "data_wait_fraction": interval["wait"] / max(interval["time"], 1e-9),
+                    "step_time_s": interval["time"] / interval["steps"],
+                    "tokens_seen": self.tokens_seen, "epoch": epoch,
+                })
+                interval = {"steps": 0, "tokens": 0, "time": 0.0, "wait": 0.0}
+            if stop_now:
+                self.save()
+                stopped = True
+                if self.env.is_main:
+                    log.warning("stopped by %s after step %d; checkpoint saved", stop.requested or "another rank",
+                                self.step)
+                break
+            if self.eval_loader is not None and (self.step % cfg.validation.eval_interval == 0 or last):
+                self.last_eval_loss, eval_tokens = self.evaluate()
+                if self.metrics is not None:
+                    self.metrics.log({"kind": "eval", "step": self.step, "eval_loss": self.last_eval_loss,
+                                      "eval_tokens": eval_tokens, "tokens_seen": self.tokens_seen})
+            if self.step % cfg.checkpoint.interval == 0 or last:
+                self.save()
+
+        latest = find_latest_checkpoint(cfg.checkpoint.dir)
+        return TrainResult(
+            step=self.step, max_steps=cfg.max_steps, stopped_by_signal=stopped, loss=self.last_loss,
+            eval_loss=self.last_eval_loss, tokens_seen=self.tokens_seen,
+            tokens_per_s=run_tokens / run_time if run_time else 0.0,
+            data_wait_fraction=run_wait / run_time if run_time else 0.0, resumed_from=self.resumed_from,
+            checkpoint=str(latest.path) if latest else None, metrics_path=str(cfg.metrics_path),
+        )
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.sample_log is not None:
+            self.sample_log.close()
+
+
+def run(cfg: RunConfig, callbacks: Sequence[MetricsCallback] = ()) -> TrainResult:
+    """Train `cfg` to `max_steps` (or until SIGTERM/SIGINT) on this process's rank; `callbacks` get
+    rank 0's metric records. Leaves torch's global settings as it found them."""
+    if cfg.deterministic:
+        # cuBLAS needs this before its first call to be deterministic (PyTorch reproducibility notes).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    if cfg.cpu_threads:
+        torch.set_num_threads(cfg.cpu_threads)
+    torch.use_deterministic_algorithms(cfg.deterministic)
+    env = init_distributed()
+    stop = StopRequest()
+    stop.install()
+    trainer = None
+    try:
+        trainer = Trainer(cfg, env, callbacks)
+        return trainer.train(stop)
+    finally:
+        if trainer is not None:
+            trainer.close()
+        stop.restore()
+        shutdown_distributed(env)
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def configure_logging() -> None:
+    """`training` log lines on stdout (rank-prefixed under torchrun, where ranks share a terminal)."""
+    rank = os.environ.get("RANK")
+    prefix = f"[rank {rank}] " if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else ""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(f"{prefix}%(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="run config file (YAML or JSON)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set optimizer.lr=1e-3 (repeatable)")
+    args = parser.parse_args(argv)
+    configure_logging()
+    try:
+        cfg = load_run_config(args.config, dict(parse_override(o) for o in args.set))
+    except RunConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    run(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
