@@ -71,6 +71,11 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     assert corpus.endswith("15/15 checks passed"), res.stdout
     md5 = lines["release"][4]
     assert lines["release"][:4] == ["release", "ok", "dvc", "md5"] and md5.endswith(".dir"), res.stdout
+    # the sample's dataset version is the one pinned in the committed dvc.lock: built in another
+    # directory, by another DAGSTER_HOME, it is byte for byte the same data (a changed output needs
+    # a deliberate `dvc repro` / `run` and a dvc.lock commit)
+    pinned = yaml.safe_load((REPO / "dvc.lock").read_text())["stages"]["packed_shards"]["outs"][0]["md5"]
+    assert md5 == pinned
     assert " ".join(lines["training"]).startswith("training ok steps 10, final loss "), res.stdout
     assert (tmp / "platform" / "packed_shards" / "_all.dvc").is_file()
     assert (tmp / "checkpoints" / md5.removesuffix(".dir") / "latest").is_file()

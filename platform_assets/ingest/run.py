@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from platform_assets.config import PipelineConfig
-from platform_assets.ingest.readers import InputUnit, source_units
+from platform_assets.ingest.readers import InputUnit, source_root, source_units
 from platform_assets.ingest.records import QuarantineSink
 from platform_assets.ingest.writer import DocumentWriter, WriteStats
 from platform_assets.parquet_parts import write_table
@@ -38,7 +38,8 @@ def _ingest_unit(
     staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit
 ) -> tuple[WriteStats, QuarantineSink]:
     sink = QuarantineSink(name)
-    with DocumentWriter(staged, name, cfg.source(name).license, cfg.ingest, f"part-{unit.index:05d}") as writer:
+    with DocumentWriter(staged, name, cfg.source(name).license, cfg.ingest, f"part-{unit.index:05d}",
+                        id_root=source_root(cfg, name)) as writer:
         for rec in unit.read(sink):
             writer.add(rec)
     return writer.stats, sink

@@ -31,8 +31,12 @@ class WriteStats:
 
 class DocumentWriter:
     def __init__(self, staged: StagedDir, source: str, license: str | None, cfg: IngestConfig,
-                 part_prefix: str = "part"):
+                 part_prefix: str = "part", id_root: str = ""):
         self._source = source
+        # Ids hash the location relative to the source's root (`docs/a.jsonl#line=3`, not
+        # `/home/me/corpus/docs/a.jsonl#line=3`): the same corpus gives the same ids, hence the same
+        # splits and the same dataset version, wherever it is checked out. `uri` keeps the full path.
+        self._id_root = id_root
         self._license = license
         self._cfg = cfg
         self._buf: list[Record] = []
@@ -58,11 +62,16 @@ class DocumentWriter:
         if len(self._buf) >= self._cfg.batch_rows or self._buf_bytes >= self._cfg.batch_bytes:
             self._flush()
 
+    def _id_location(self, uri: str) -> str:
+        if not self._id_root or not uri.startswith(self._id_root):
+            return uri
+        return uri[len(self._id_root):].lstrip("/")
+
     def _batch(self, texts: pa.Array, uris, metas, mtimes, modalities) -> pa.RecordBatch:
         n = len(texts)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(document_ids(self._source, uris, texts), pa.string()),
+                pa.array(document_ids(self._source, [self._id_location(u) for u in uris], texts), pa.string()),
                 pa.array([self._source] * n, pa.string()),
                 texts,
                 pa.array(modalities, pa.string()),

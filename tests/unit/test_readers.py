@@ -72,7 +72,8 @@ def test_jsonl_good_and_bad_lines(tmp_path, write_config, storage):
     assert json.loads(docs["meta"][0].as_py()) == {"date": "2024-05-01", "url": "https://e.org/0"}
     assert docs["uri"].to_pylist()[3] == f"{base}#line=12"
     assert set(docs["license"].to_pylist()) == {"cc-by"}
-    assert docs["id"][0].as_py() == document_id("web", f"{base}#line=1", "document number 0")
+    # the id hashes the location relative to the source's directory, so it survives moving the corpus
+    assert docs["id"][0].as_py() == document_id("web", "a.jsonl#line=1", "document number 0")
 
 
 def test_jsonl_fast_and_per_line_paths_give_identical_records(tmp_path, write_config):
@@ -415,3 +416,26 @@ def test_chat_config_needs_one_shape(write_config, tmp_path):
 
     with pytest.raises(ConfigError, match="chat: Value error, set messages_field, or both prompt_field"):
         write_config([{"name": "s", "format": "jsonl", "path": str(tmp_path), "chat": {"prompt_field": "q"}}])
+
+
+def test_ids_do_not_depend_on_where_the_corpus_lives(tmp_path, storage):
+    import shutil
+
+    import yaml
+
+    from platform_assets.config import load_config
+
+    here = tmp_path / "checkout-a" / "web"
+    here.mkdir(parents=True)
+    (here / "a.jsonl").write_text('{"text": "same words"}\n{"text": "other words"}\n')
+    shutil.copytree(tmp_path / "checkout-a", tmp_path / "checkout-b")
+    ids = []
+    for checkout in ("checkout-a", "checkout-b"):
+        path = tmp_path / checkout / "pipeline.yaml"
+        path.write_text(yaml.safe_dump({"storage": {"root": str(tmp_path / "out")},
+                                        "sources": [{"name": "web", "format": "jsonl", "path": "web"}]}))
+        ingest_source(load_config(path), "web", storage, f"raw_documents/{checkout}")
+        docs, _ = _read_output(tmp_path, f"raw_documents/{checkout}")
+        assert docs["uri"][0].as_py() == f"{tmp_path / checkout}/web/a.jsonl#line=1"  # the full path stays
+        ids.append(docs["id"].to_pylist())
+    assert ids[0] == ids[1] and len(set(ids[0])) == 2

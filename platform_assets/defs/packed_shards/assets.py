@@ -16,7 +16,9 @@ from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 def tokenizer_info(storage, rel: str) -> dict:
     artifact = TokenizerArtifact.load(storage, rel)
     return {"vocab_size": artifact.vocab_size, "pad_id": artifact.pad_id, "eos_id": artifact.eos_id,
-            "bos_id": artifact.bos_id, "name": storage.uri(rel), "sha256": artifact.tokenizer_sha256}
+            # the asset's path under the storage root, not its absolute location: the index (and so
+            # the dataset version) must not change when the same data is built in another checkout
+            "bos_id": artifact.bos_id, "name": rel, "sha256": artifact.tokenizer_sha256}
 
 
 @dg.asset(

@@ -47,6 +47,16 @@ def _split_glob(path: str) -> tuple[str, str | None]:
     return path, None
 
 
+def source_root(cfg: PipelineConfig, name: str) -> str:
+    """The prefix that document ids leave out of a uri: the source's directory (the part of its path
+    before any glob) or its file; a Hugging Face dataset's location."""
+    location = cfg.source_location(name)
+    if isinstance(cfg.source(name), HuggingFaceSource):
+        return location
+    root, _ = _split_glob(location)
+    return root
+
+
 def source_files(
     cfg: PipelineConfig, name: str, s3: S3Settings | None = None
 ) -> tuple[ReadContext, str, list[FileEntry]]:
