@@ -107,6 +107,11 @@ def test_tokens_to_a_pushed_dvc_version(project, tmp_path):
     assert tokd["loss_tokens"] < tokd["tokens"]  # chat prompts are masked out
     assert packed["tokens"] == packed["tokens_in"] == tokd["tokens"]  # nothing lost, nothing doubled
     assert packed["formats"] == "flat, parquet, webdataset"
+    # the shard set carries its tokenizer: a pulled version decodes itself
+    from transformers import AutoTokenizer
+
+    shipped = AutoTokenizer.from_pretrained(str(root / "data" / "platform" / "packed_shards" / "_all" / "tokenizer"))
+    assert len(shipped) == tok["vocab_size"] and shipped.eos_token is not None
 
     # the version is the DVC hash in dvc.lock, pushed, and restorable from the remote alone
     lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]["packed_shards"]["outs"][0]

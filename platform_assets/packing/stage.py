@@ -25,7 +25,7 @@ dropped, and loss tokens likewise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -602,8 +602,12 @@ def pack_outputs(
     tokenizer_info: dict,
     batch_rows: int = 8192,
     max_tokens_in_memory: int = DEFAULT_MAX_TOKENS_IN_MEMORY,
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> PackStageResult:
     """Pack `tokenized_rel` (tokenized_documents parts) into a shard set at `out_rel`.
+
+    `extra_files` (name -> bytes) are committed with the shards, e.g. `tokenizer/tokenizer.json`: a
+    versioned shard set then carries the tokenizer that decodes it.
 
     `settings`: PackingSettings; `tokenizer_info`: vocab_size, pad_id, eos_id, bos_id, name, sha256 (of
     tokenizer.json). Raises TokenizedInputError naming the document for bad input, ConservationError
@@ -636,6 +640,8 @@ def pack_outputs(
         _check_unique_chunks(provenance_table, exclusions_table)
         _check_totals(indexes, stats, tokens_in, loss_in)
         write_table(staged, EXCLUSIONS_FILE, exclusions_table)
+        for name, data in sorted((extra_files or {}).items()):
+            staged.write_bytes(name, data)
     return PackStageResult(tuple(stats), tokens_in, survey.has_loss_mask, token_dtype(header.vocab_size).name,
                            header.pad_id, tuple(writer.formats), staged.manifest)
 

@@ -21,6 +21,14 @@ def tokenizer_info(storage, rel: str) -> dict:
             "bos_id": artifact.bos_id, "name": rel, "sha256": artifact.tokenizer_sha256}
 
 
+def tokenizer_files(storage, rel: str) -> dict[str, bytes]:
+    """The tokenizer's saved files, shipped inside the shard set as `tokenizer/` (a few MB): the DVC
+    version then holds everything a consumer needs to decode it (AutoTokenizer.from_pretrained)."""
+    root = storage.path(rel)
+    names = [e.path[len(root) + 1:] for e in storage.list_files(rel)]
+    return {f"tokenizer/{n}": storage.read_bytes(f"{rel}/{n}") for n in names if n != MANIFEST_NAME}
+
+
 @dg.asset(
     deps=["tokenized_documents", "tokenizer"],
     check_specs=PACKED_CHECKS,
@@ -38,7 +46,8 @@ def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     try:
         info = tokenizer_info(storage, asset_dir("tokenizer"))
         result = pack_outputs(storage, asset_dir("tokenized_documents"), rel, cfg.packing, info,
-                              cfg.tokenize.batch_rows, cfg.packing.max_tokens_in_memory)
+                              cfg.tokenize.batch_rows, cfg.packing.max_tokens_in_memory,
+                              extra_files=tokenizer_files(storage, asset_dir("tokenizer")))
     except (TokenizedInputError, ConservationError, ValueError) as err:
         raise dg.Failure(str(err)) from None
     totals = result.totals
