@@ -16,23 +16,9 @@ from train_runs import (
     train_in_process,
     train_losses,
     write_config,
-    write_shards,
 )
 
 pytestmark = pytest.mark.slow  # each torchrun start is two processes importing torch on a shared CPU (~10 s)
-
-
-@pytest.fixture(scope="module")
-def flat(tmp_path_factory):
-    return write_shards(tmp_path_factory.mktemp("shards"))
-
-
-@pytest.fixture(scope="module")
-def reference(flat, tmp_path_factory):
-    """The uninterrupted single-process run."""
-    ckpt = tmp_path_factory.mktemp("reference") / "ckpt"
-    train_in_process(run_config(flat, ckpt))
-    return ckpt
 
 
 def _worker_pid(torchrun_pid: int, rank: int) -> int | None:

@@ -12,7 +12,6 @@ from train_runs import (
     train_in_process,
     train_losses,
     write_config,
-    write_shards,
 )
 
 from training.checkpoint import find_latest_checkpoint, list_checkpoints
@@ -22,18 +21,6 @@ from training.schedule import WarmupCosine
 from training.train import main
 
 SCHEDULE = WarmupCosine(warmup_steps=2, decay_steps=10, min_ratio=0.1)  # run_config's
-
-
-@pytest.fixture(scope="module")
-def flat(tmp_path_factory):
-    return write_shards(tmp_path_factory.mktemp("shards"))
-
-
-@pytest.fixture(scope="module")
-def reference(flat, tmp_path_factory):
-    ckpt = tmp_path_factory.mktemp("reference") / "ckpt"
-    train_in_process(run_config(flat, ckpt))
-    return ckpt
 
 
 def test_the_model_learns_the_progressions(reference):

@@ -8,15 +8,10 @@ import sys
 import dagster as dg
 import pytest
 import yaml
-from train_runs import REPO, run_config, subprocess_env, torchrun_command, write_shards
+from train_runs import REPO, run_config, subprocess_env, torchrun_command
 
 from training.config import RunConfigError
 from training.pipes_entry import MAX_CURVE_POINTS, PipesExtrasError, _thin, config_from_extras, main
-
-
-@pytest.fixture(scope="module")
-def flat(tmp_path_factory):
-    return write_shards(tmp_path_factory.mktemp("shards"))
 
 
 def _materialize(command: list[str], extras: dict) -> tuple[dg.ExecuteInProcessResult, list, list[str]]:

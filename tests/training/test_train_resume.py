@@ -15,7 +15,6 @@ from train_runs import (
     train_in_process,
     train_losses,
     write_config,
-    write_shards,
 )
 
 from training.checkpoint import CheckpointError, find_latest_checkpoint
@@ -33,20 +32,6 @@ def kill(record):
         os.kill(os.getpid(), signal.SIGKILL)
 run(load_run_config(sys.argv[1]), callbacks=[kill])
 """
-
-
-@pytest.fixture(scope="module")
-def flat(tmp_path_factory):
-    return write_shards(tmp_path_factory.mktemp("shards"))
-
-
-@pytest.fixture(scope="module")
-def reference(flat, tmp_path_factory):
-    """An uninterrupted 10-step run (checkpoints at 3, 6, 9, 10; eval at 4, 8, 10)."""
-    ckpt = tmp_path_factory.mktemp("reference") / "ckpt"
-    result = train_in_process(run_config(flat, ckpt))
-    assert result.step == 10 and result.resumed_from is None
-    return ckpt
 
 
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(flat, reference, tmp_path):
