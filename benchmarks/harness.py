@@ -43,6 +43,9 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
+# The real GPT-2 tokenizer of this workplace's shared data, beside the checkout (tokenization,
+# packing and loader benchmarks tokenize the corpus with it; each has an env var to point elsewhere).
+GPT2_TOKENIZER_JSON = REPO_ROOT.parent / "shared" / "data" / "tokenizers" / "gpt2" / "tokenizer.json"
 DEFAULT_WORK_ROOT = BENCH_DIR / ".work"  # gitignored
 SIDES = ("ours", "peer")
 MB = 1e6  # MB means 10^6 bytes everywhere in reports (throughput and memory alike)

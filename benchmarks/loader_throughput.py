@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
+    GPT2_TOKENIZER_JSON,
     MB,
     REPO_ROOT,
     Benchmark,
@@ -67,7 +68,7 @@ BATCHES_DEFAULT = 2000
 BYTES_PER_TOKEN_GUESS = 3.0  # GPT-2 on this corpus: ~2.6 B/token prose, more on code; sets the stride only
 TOKENIZE_CHUNK = 256  # documents per encode_batch call
 SHUFFLE_BUFFER = 1000  # webdataset's sample shuffle buffer (its docs' usual size)
-TOKENIZER_DEFAULT = REPO_ROOT.parent / "shared/data/tokenizers/gpt2/tokenizer.json"
+TOKENIZER_DEFAULT = GPT2_TOKENIZER_JSON
 ENV = {
     "OMP_NUM_THREADS": "1",  # no side does math that threads would speed up; keep torch from oversubscribing
     "HF_HUB_OFFLINE": "1",

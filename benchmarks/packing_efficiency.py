@@ -47,6 +47,7 @@ from typing import Any
 
 from benchmarks.harness import (
     DEFAULT_WORK_ROOT,
+    GPT2_TOKENIZER_JSON,
     REPO_ROOT,
     Benchmark,
     BenchmarkError,
@@ -69,8 +70,7 @@ TOKENIZE_BATCH = 256  # documents per encode_batch_fast call
 SCALE_DOCS = 1_000_000
 SCALE_SEED = 0
 CACHE_VERSION = 1  # bump when what the cache holds changes
-TOKENIZER = Path(os.environ.get("PACKING_BENCH_TOKENIZER",
-                                REPO_ROOT.parent / "shared/data/tokenizers/gpt2/tokenizer.json"))
+TOKENIZER = Path(os.environ.get("PACKING_BENCH_TOKENIZER", GPT2_TOKENIZER_JSON))
 
 
 def cache_dir() -> Path:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
+    GPT2_TOKENIZER_JSON,
     MB,
-    REPO_ROOT,
     Benchmark,
     BenchmarkError,
     Metric,
@@ -46,8 +46,7 @@ from benchmarks.harness import (
 
 PATTERN = "*.jsonl"
 MB_DEFAULT = 50
-TOKENIZER_JSON = Path(os.environ.get("TOKENIZE_BENCH_TOKENIZER",
-                                     REPO_ROOT.parent / "shared/data/tokenizers/gpt2/tokenizer.json"))
+TOKENIZER_JSON = Path(os.environ.get("TOKENIZE_BENCH_TOKENIZER", GPT2_TOKENIZER_JSON))
 RECORD_BATCH_ROWS = 8192  # TokenizeSettings.batch_rows: what the stage reads per batch
 PEER_BATCH = 1000  # datasets.map(batched=True) default batch_size
 _THREADS = os.environ.get("TOKENIZE_BENCH_THREADS")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpt2_tokenizer import GPT2_JSON
 from pydantic import ValidationError
 
 from platform_assets.tokenize.chat_template import render_chat
@@ -27,7 +28,6 @@ from platform_assets.tokenize.tokenizer_build import (
     train_tokenizer,
 )
 
-GPT2_JSON = Path("/work/shared/data/tokenizers/gpt2/tokenizer.json")
 SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "the", "ing", "er", "pla", "da", "ta", "form", "un", "re", "x",
              "ß", "ü", "日本", "語", "Σο", "_1", "0x", "==", "(", "):"]
 
@@ -49,14 +49,6 @@ def batches(texts: list[str], size: int = 100) -> list[list[str]]:
 
 def build(settings: TokenizerSettings, texts: list[str]) -> TokenizerArtifact:
     return make_artifact(train_tokenizer(batches(texts), settings), settings)
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> TokenizerArtifact:
-    if not GPT2_JSON.is_file():
-        pytest.skip(f"{GPT2_JSON} not present")
-    tok, declared = load_pretrained(str(GPT2_JSON))
-    return make_artifact(tok, TokenizerSettings(source="pretrained", path=str(GPT2_JSON)), declared)
 
 
 # -- training -----------------------------------------------------------------------------------------

@@ -15,9 +15,7 @@ from platform_assets.tokenize.exclusion_rules import TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, segment_sums
 from platform_assets.tokenize.settings import SpecialTokens, TokenizerSettings, TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
-from platform_assets.tokenize.tokenizer_build import load_pretrained, make_artifact, train_tokenizer
-
-GPT2_JSON = Path("/work/shared/data/tokenizers/gpt2/tokenizer.json")
+from platform_assets.tokenize.tokenizer_build import make_artifact, train_tokenizer
 
 
 def tiny_artifact(**settings) -> TokenizerArtifact:
@@ -26,15 +24,6 @@ def tiny_artifact(**settings) -> TokenizerArtifact:
     s = TokenizerSettings(vocab_size=261 + (1 if settings.get("add_bos") else 0), min_frequency=1, **settings)
     tok = train_tokenizer([["llll"] * 20], s)
     return make_artifact(tok, s)
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> TokenizerArtifact:
-    """GPT-2's bare tokenizer.json: pad = eos, ChatML tokens added as 50257 and 50258."""
-    if not GPT2_JSON.is_file():
-        pytest.skip(f"{GPT2_JSON} not present")
-    tok, declared = load_pretrained(str(GPT2_JSON))
-    return make_artifact(tok, TokenizerSettings(source="pretrained", path=str(GPT2_JSON)), declared)
 
 
 def batch(texts, metas=None, ids=None, source="s", split="train") -> pa.RecordBatch:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from gpt2_tokenizer import GPT2_JSON
 
 from platform_assets.parquet_parts import PartWriter, read_batches
 from platform_assets.splits.assignment import id_unit_interval
@@ -21,7 +21,6 @@ from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSetting
 from platform_assets.tokenize.stage import EXCLUSIONS_FILE, SAMPLE_SEED, build_tokenizer, tokenize_outputs
 from platform_assets.tokenize.tokenizer_artifact import ARTIFACT_FILE, TOKENIZER_FILE, TokenizerArtifact
 
-GPT2_JSON = Path("/work/shared/data/tokenizers/gpt2/tokenizer.json")
 SPLITS = "dataset_splits/_all"
 SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "the", "ing", "er", "pla", "da", "ta", "form", "un", "re", "ß", "ü"]
 SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("text", pa.large_string()),
