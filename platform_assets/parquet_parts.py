@@ -92,6 +92,7 @@ class PartWriter:
             self._writer.close()
             self._sink.close()
             self._writer = self._sink = None
+            self._staged.hash_file(self.parts[-1])
 
     def close(self) -> list[str]:
         try:

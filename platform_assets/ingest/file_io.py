@@ -89,6 +89,7 @@ def iter_mapped_line_blocks(
     """
     size = len(mapped)
     view = memoryview(mapped)
+    counter = NewlineCounter()
     pos, lineno = 0, 1
     while pos < size:
         end = min(pos + block_bytes, size)
@@ -104,13 +105,32 @@ def iter_mapped_line_blocks(
                 cut = line_end
             end = min(cut + 1, size)
         block = view[pos:end]
-        newlines = int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10))
+        newlines = counter.count(block)
         n_lines = newlines + (0 if view[end - 1] == 10 else 1)
         if len(block) > max_line_bytes:  # only when max_line_bytes < block_bytes: find the long line
             yield from _split_overlong(bytes(block), lineno, max_line_bytes, n_lines)
         else:
             yield lineno, block, n_lines
         pos, lineno = end, lineno + newlines
+
+
+class NewlineCounter:
+    """Counts b"\n" in a buffer without copying it. `np.frombuffer(b) == 10` would allocate a fresh
+    mask as large as the buffer for each block: 16 MiB of new pages to fault in and zero per block
+    (~5% of the ingest's CPU). A reused 1 MiB mask stays in cache."""
+
+    PIECE = 2**20
+
+    def __init__(self) -> None:
+        self._mask = np.empty(self.PIECE, np.bool_)
+
+    def count(self, buffer) -> int:
+        data = np.frombuffer(buffer, np.uint8)
+        total = 0
+        for lo in range(0, len(data), self.PIECE):
+            piece = data[lo : lo + self.PIECE]
+            total += int(np.count_nonzero(np.equal(piece, 10, out=self._mask[: len(piece)])))
+        return total
 
 
 def _line_count(block: bytes) -> int:

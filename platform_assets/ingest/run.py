@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -34,13 +35,17 @@ class IngestResult:
         return sum(int(f["bytes"]) for f in self.files.values())
 
 
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _ingest_unit(
-    staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit
+    staged: StagedDir, cfg: PipelineConfig, name: str, unit: InputUnit, parse_threads: bool
 ) -> tuple[WriteStats, QuarantineSink]:
     sink = QuarantineSink(name)
     with DocumentWriter(staged, name, cfg.source(name).license, cfg.ingest, f"part-{unit.index:05d}",
                         id_root=source_root(cfg, name)) as writer:
-        for rec in unit.read(sink):
+        for rec in unit.read(sink, parse_threads):
             writer.add(rec)
     return writer.stats, sink
 
@@ -58,11 +63,14 @@ def ingest_source(
     units = source_units(cfg, name, s3)
     with storage.staged_dir(out_rel) as staged:
         workers = min(cfg.ingest.parallel_files, len(units))
+        # Each file in flight keeps ~2 threads busy (parse, then compression in its writer thread);
+        # a reader may add parse threads only while that leaves cores idle.
+        parse_threads = 2 * workers < _usable_cores()
         if workers <= 1:
-            results = [_ingest_unit(staged, cfg, name, u) for u in units]
+            results = [_ingest_unit(staged, cfg, name, u, parse_threads) for u in units]
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="ingest") as pool:
-                results = list(pool.map(lambda u: _ingest_unit(staged, cfg, name, u), units))
+                results = list(pool.map(lambda u: _ingest_unit(staged, cfg, name, u, parse_threads), units))
         sink = QuarantineSink.merged(name, [s for _, s in results])
         write_table(staged, QUARANTINE_FILE, sink.table())
     return IngestResult(

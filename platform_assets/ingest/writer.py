@@ -77,7 +77,7 @@ class DocumentWriter:
                 pa.array(modalities, pa.string()),
                 pa.array(uris, pa.string()),
                 pa.array([self._license] * n, pa.string()),
-                pa.array(metas, pa.string()),
+                metas if isinstance(metas, pa.Array) else pa.array(metas, pa.string()),
                 pa.array(mtimes, pa.timestamp("s", tz="UTC")).cast(INGESTED_AT_TYPE),
             ],
             schema=DOCUMENTS_SCHEMA,

@@ -145,7 +145,8 @@ class InputUnit:
 
     index: int
     label: str
-    read: Callable[[QuarantineSink], Iterator[Record | RecordBlock]]
+    # read(sink, parse_threads): records, rejects into `sink`; see ReadContext.parse_threads
+    read: Callable[[QuarantineSink, bool], Iterator[Record | RecordBlock]]
 
 
 def source_units(cfg: PipelineConfig, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
@@ -153,12 +154,12 @@ def source_units(cfg: PipelineConfig, name: str, s3: S3Settings | None = None) -
     if isinstance(src, HuggingFaceSource):
         location = cfg.source_location(name)
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
-        return [InputUnit(0, location, lambda sink: read_huggingface(src, location, sink, mtime))]
+        return [InputUnit(0, location, lambda sink, _threads=True: read_huggingface(src, location, sink, mtime))]
     ctx, root, files = source_files(cfg, name, s3)
 
     def unit(index: int, file: FileEntry) -> InputUnit:
-        def read(sink: QuarantineSink) -> Iterator[Record | RecordBlock]:
-            file_ctx = replace(ctx, quarantine=sink)
+        def read(sink: QuarantineSink, parse_threads: bool = True) -> Iterator[Record | RecordBlock]:
+            file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
             return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file))
 
         return InputUnit(index, ctx.uri(file.path), read)
