@@ -213,6 +213,10 @@ def child_main(argv: list[str]) -> int:
     p.add_argument("result", type=Path)
     p.add_argument("--profile", type=Path, help="write cProfile stats of work() here")
     a = p.parse_args(argv)
+    if a.side == "ours":
+        # ours runs as the platform runs: its package imported before anything else, because that
+        # picks Arrow's memory pool, which must happen before pyarrow is loaded
+        import platform_assets  # noqa: F401
     bench = get_benchmark(a.name)
     spec = json.loads(a.spec.read_text())
     prepared = bench.side(a.side)(spec, a.run_dir)
@@ -244,6 +248,8 @@ def child_main(argv: list[str]) -> int:
         "minor_page_faults": faults,  # first touches of fresh memory: a proxy for allocation churn
         "rss_after_setup_bytes": rss_setup,
         "vmhwm_bytes": _proc_status_bytes("VmHWM"),
+        "arrow_memory_pool": sys.modules["pyarrow"].default_memory_pool().backend_name if "pyarrow" in sys.modules
+        else None,
         **measured,
     }
     a.result.write_text(json.dumps(record, indent=1))
@@ -420,6 +426,9 @@ def render_report(bench: Benchmark, spec: Spec, result: dict[str, Any]) -> str:
             *load["others_cpu_cores"]) if load.get("others_cpu_cores") else ""),
         "packages: " + ", ".join(f"{k} {v}" for k, v in mach["packages"].items()),
     ]
+    pools = {s: sorted({str(r.get("arrow_memory_pool")) for r in result["records"][s]}) for s in SIDES}
+    if any(p != ["None"] for p in pools.values()):
+        lines.append("Arrow memory pool: " + "; ".join(f"{s} {', '.join(p)}" for s, p in pools.items()))
     return "\n".join(lines)
 
 

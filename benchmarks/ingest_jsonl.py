@@ -85,9 +85,6 @@ def describe(spec: Spec) -> str:
 
 # -- ours ------------------------------------------------------------------------------------------
 def run_ours(spec: Spec, run_dir: Path) -> Prepared:
-    # platform_assets first, as in every platform process: it picks Arrow's memory pool, which
-    # must happen before pyarrow is imported (see platform_assets/__init__.py)
-    import platform_assets  # noqa: F401  isort: skip
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -147,9 +147,10 @@ class IngestConfig(_Strict):
     max_document_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
     parallel_files: Annotated[int, Field(gt=0)] = 2
     """Input files read and written at once, each by its own pipeline into its own parts (named by
-    the file's position, so the output does not depend on this number). One pipeline keeps ~1.3 of
-    2 cores busy (Arrow's parser and zstd run outside the GIL, the rest waits on them); two use both.
-    Memory grows by about one batch per pipeline."""
+    the file's position, so the output does not depend on this number). A pipeline keeps ~2 threads
+    busy (parsing, then compression in its writer thread; both outside the GIL), so 2 fill 2 cores.
+    While pipelines leave cores idle, each JSONL file is also parsed on several threads (costs ~40%
+    more CPU per byte). Memory grows by about one batch per pipeline."""
     part_max_bytes: Annotated[int, Field(gt=0)] = 512 * 2**20
     """Start a new part file once this many uncompressed bytes went into the current one."""
     compression: Literal["zstd", "snappy", "none"] = "zstd"
