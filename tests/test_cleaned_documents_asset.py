@@ -103,3 +103,39 @@ def test_pathological_documents_do_not_crash(tmp_path, bad):
     result = _run(_config(tmp_path, [PROSE, bad], cleaning_gates={"max_rule_removal_rate": 0.6}))
     md = result.asset_materializations_for_node("cleaned_documents")[0].metadata
     assert md["docs_in"].value == 2 and md["rows"].value == 1
+
+
+def _chat_config(tmp_path) -> PipelineResource:
+    conversations = [
+        {"messages": [{"role": "user", "content": f"Summarise this for me and reply to bob{i}@example.com."},
+                      {"role": "assistant", "content": text + f"\n\nQuestions go to carol{i}@example.org."}]}
+        for i, text in enumerate(ENGLISH[:3])
+    ]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(c) + "\n" for c in conversations))
+    cfg = {"storage": {"root": str(tmp_path / "out")},
+           "sources": [{"name": "web", "format": "jsonl", "path": str(tmp_path / "chat.jsonl"),
+                        "chat": {"messages_field": "messages"}}],
+           "cleaning": {"quality": [{"preset": "gopher_quality"}]}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(cfg))
+    return PipelineResource(config_path=str(tmp_path / "p.yaml"))
+
+
+def test_chat_messages_are_redacted_where_tokenization_reads_them(tmp_path):
+    result = _run(_chat_config(tmp_path))
+    assert result.success and all(c.passed for c in _checks(result).values())
+    kept = pq.read_table(tmp_path / "out" / "cleaned_documents" / "web")
+    assert kept.num_rows == 3
+    for meta in kept["meta"].to_pylist():
+        contents = [m["content"] for m in json.loads(meta)["messages"]]
+        assert all("@example." not in c for c in contents) and all("<EMAIL>" in c for c in contents)
+
+
+def test_residual_pii_in_chat_messages_is_detected(tmp_path, monkeypatch):
+    """Text redacted but messages left alone (the defect this guards against): the gate blocks."""
+    from platform_assets.cleaning import pii
+
+    monkeypatch.setattr(pii.PiiRedact, "rewrites_messages", False)
+    result = _run(_chat_config(tmp_path))
+    check = _checks(result)["no_residual_pii"]
+    assert not result.success and check.passed is False
+    assert check.metadata["type.EMAIL"].value >= 6  # 2 planted per conversation, in its messages

@@ -143,6 +143,11 @@ class Normalize(DocumentStep):
         super().__init__(**kwargs)
         self.settings = settings or NormalizeSettings()
 
+    rewrites_messages = True  # what trains on a chat document is its messages: same normalisation
+
+    def rewrite_message(self, content: str) -> str:
+        return normalize_text(content, self.settings)
+
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         doc.text = normalize_text(doc.text, self.settings, counters)
         if not doc.text.strip():

@@ -262,6 +262,11 @@ class PiiRedact(DocumentStep):
         super().__init__(modalities=settings.modalities, **kwargs)
         self.redactor = Redactor(settings)
 
+    rewrites_messages = True  # a chat document's messages are what trains: redact them too
+
+    def rewrite_message(self, content: str) -> str:
+        return self.redactor.redact(content)[0]
+
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         doc.text, n = self.redactor.redact(doc.text, counters)
         doc.out["pii_redactions"] = n

@@ -28,6 +28,8 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.cleaning.chat_messages import chat_rows, rewrite_messages
+
 EXCLUSIONS_SCHEMA_NAME = "platform.exclusions"
 EXCLUSIONS_SCHEMA_VERSION = 1
 
@@ -187,6 +189,7 @@ def assemble_result(
     sizes: Sequence[int],
     *,
     new_texts: list[str] | None = None,
+    new_metas: list[str | None] | None = None,
     added: dict[str, list[Any]] | None = None,
     stats: StepStats | None = None,
     started: float | None = None,
@@ -194,7 +197,8 @@ def assemble_result(
     """Build the kept batch, the exclusion records and the counts from per-row decisions.
 
     `drops` holds (row, full rule, value); `sizes` the UTF-8 size of every input row; `new_texts` the
-    rewritten text column (None: unchanged); `added` the values of `step.added_fields`.
+    rewritten text column (None: unchanged); `new_metas` the rewritten meta column (chat messages;
+    None: unchanged); `added` the values of `step.added_fields`.
     """
     n = batch.num_rows
     stats = stats or StepStats(step.name)
@@ -204,6 +208,10 @@ def assemble_result(
         text_idx = batch.schema.get_field_index("text")
         text_type = batch.schema.field(text_idx).type
         batch = batch.set_column(text_idx, batch.schema.field(text_idx), pa.array(new_texts, text_type))
+    if new_metas is not None:
+        meta_idx = batch.schema.get_field_index("meta")
+        meta_field = batch.schema.field(meta_idx)
+        batch = batch.set_column(meta_idx, meta_field, pa.array(new_metas, meta_field.type))
     for f in step.added_fields:
         values = (added or {}).get(f.name)
         arr = pa.array(values, f.type) if values is not None else _nulls(f, n)
@@ -279,6 +287,17 @@ class DocumentStep(Step):
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         """Decide about one document: return a Drop to remove it; rewrite doc.text / fill doc.out to keep."""
 
+    rewrites_messages: ClassVar[bool] = False
+    """Does the step also rewrite chat messages (`meta.messages[].content`) with :meth:`rewrite_message`?
+
+    A chat document's `text` is only a rendering of its messages; tokenization trains on the messages
+    themselves. A step that rewrites text (redaction, normalisation) must rewrite them too, or what
+    it removed from `text` would still reach the model."""
+
+    def rewrite_message(self, content: str) -> str:
+        """The step's rewrite of one message's content (for steps with `rewrites_messages`)."""
+        raise NotImplementedError
+
     def applies(self, modality: str | None, lang: str | None) -> bool:
         if self.modalities is not None and modality not in self.modalities:
             return False
@@ -301,6 +320,8 @@ class DocumentStep(Step):
         drops: list[tuple[int, str, str | None]] = []
         changed = False
         counters = stats.counters
+        metas, conversation_rows = self._chat_metas(batch)
+        metas_changed = False
         for i in range(n):
             if not self.applies(modalities[i], langs[i]):
                 stats.skipped += 1
@@ -321,13 +342,31 @@ class DocumentStep(Step):
                 texts[i] = doc.text
                 stats.modified += 1
                 changed = True
+            if i in conversation_rows:
+                rewritten = self._rewrite_messages(metas[i], counters)
+                if rewritten is not None:
+                    metas[i] = rewritten
+                    metas_changed = True
         return assemble_result(
             self,
             batch,
             drops,
             sizes,
             new_texts=texts if changed else None,
+            new_metas=metas if metas_changed else None,
             added=added,
             stats=stats,
             started=started,
         )
+
+    def _chat_metas(self, batch: pa.RecordBatch) -> tuple[list[str | None], set[int]]:
+        """The meta column and its conversation rows, when this step rewrites messages."""
+        if not self.rewrites_messages or "meta" not in batch.schema.names:
+            return [], set()
+        rows = chat_rows(batch.column("meta"))
+        return (batch.column("meta").to_pylist() if rows else []), rows
+
+    def _rewrite_messages(self, meta: str, counters: Counter[str]) -> str | None:
+        rewritten, changed = rewrite_messages(meta, self.rewrite_message)
+        counters["chat_messages_rewritten"] += changed
+        return rewritten

@@ -11,6 +11,7 @@ from collections import Counter
 import dagster as dg
 import pyarrow.compute as pc
 
+from platform_assets.cleaning.chat_messages import chat_rows, message_contents
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
 from platform_assets.config import CleaningGates, PipelineConfig
@@ -31,7 +32,7 @@ CLEANING_CHECKS = [
         "no_residual_pii",
         asset=ASSET,
         blocking=True,
-        description="A second PII scan of the kept text finds nothing to redact.",
+        description="A second PII scan of the kept text and chat messages finds nothing to redact.",
     ),
     dg.AssetCheckSpec(
         "language_mix_as_configured",
@@ -76,9 +77,13 @@ def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str
         return Counter()
     redactor = Redactor(cfg.cleaning.pii)
     found: Counter[str] = Counter()
-    for batch in read_batches(storage, rel, ["text"]):
+    for batch in read_batches(storage, rel, ["text", "meta"]):
         for text in batch.column("text").to_pylist():
             redactor.redact(text, found)
+        metas = batch.column("meta")
+        for row in sorted(chat_rows(metas)):  # chat messages are what trains: scan them too
+            for content in message_contents(metas[row].as_py()):
+                redactor.redact(content, found)
     return found
 
 
