@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -520,6 +521,11 @@ def run(cfg: RunConfig, callbacks: Sequence[MetricsCallback] = ()) -> TrainResul
     finally:
         if trainer is not None:
             trainer.close()
+        # The model and its DDP reducer go before their process group: freed after
+        # destroy_process_group (when this frame's locals were released), gloo's reducer teardown
+        # blocked forever in ~1 of 7 two-rank CPU runs under CPU contention.
+        trainer = None
+        gc.collect()
         stop.restore()
         shutdown_distributed(env)
         torch.set_num_threads(threads)
