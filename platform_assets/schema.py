@@ -121,6 +121,14 @@ def document_ids(source: str, uris: Sequence[str], texts: pa.Array) -> list[str]
     return out
 
 
+def single_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`column` as one Array. A ChunkedArray of one chunk gives that chunk: `combine_chunks()` would
+    copy it even then (Arrow's Concatenate always allocates), 16 MiB per ingest block."""
+    if not isinstance(column, pa.ChunkedArray):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def text_sample(raw: bytes | str, limit: int = 200) -> str:
     """A short, always-valid-UTF-8 excerpt for the quarantine table (bad bytes shown as \\xNN)."""
     if isinstance(raw, str):

@@ -10,19 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 
-MESSAGES_KEY = "messages"
-
-
-def chat_rows(meta: pa.Array | pa.ChunkedArray | None) -> set[int]:
-    """Rows whose meta may hold a conversation: one vectorised scan for `"messages"`, so plain-text
-    batches never pay for JSON parsing."""
-    if meta is None or not (pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type)):
-        return set()
-    hit = pc.match_substring(meta, f'"{MESSAGES_KEY}"').fill_null(False).to_pylist()
-    return {i for i, h in enumerate(hit) if h}
+# the key tokenization reads conversations from (rows are found with its `chat_candidates`)
+from platform_assets.tokenize.conversations import MESSAGES_KEY
 
 
 def _messages(obj: object) -> list | None:

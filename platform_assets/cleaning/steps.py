@@ -28,7 +28,8 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.cleaning.chat_messages import chat_rows, rewrite_messages
+from platform_assets.cleaning.chat_messages import rewrite_messages
+from platform_assets.tokenize.conversations import chat_candidates
 
 EXCLUSIONS_SCHEMA_NAME = "platform.exclusions"
 EXCLUSIONS_SCHEMA_VERSION = 1
@@ -363,8 +364,9 @@ class DocumentStep(Step):
         """The meta column and its conversation rows, when this step rewrites messages."""
         if not self.rewrites_messages or "meta" not in batch.schema.names:
             return [], set()
-        rows = chat_rows(batch.column("meta"))
-        return (batch.column("meta").to_pylist() if rows else []), rows
+        meta = batch.column("meta")
+        rows = set(chat_candidates(meta).tolist())
+        return (meta.to_pylist() if rows else []), rows
 
     def _rewrite_messages(self, meta: str, counters: Counter[str]) -> str | None:
         rewritten, changed = rewrite_messages(meta, self.rewrite_message)

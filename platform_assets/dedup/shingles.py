@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from platform_assets.dedup.hash64 import combine_ngrams, hash_byte_spans
 from platform_assets.dedup.settings import ShingleSettings
+from platform_assets.schema import single_array
 
 _PAD = 8  # bytes of zero padding after the text buffer: 8-byte gathers and 4-byte UTF-8 decodes
 
@@ -172,8 +173,7 @@ class WordText:
 def texts_to_array(texts: pa.Array | pa.ChunkedArray | list[str]) -> pa.LargeStringArray:
     if isinstance(texts, list):
         texts = pa.array(texts, type=pa.large_string())
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    texts = single_array(texts)
     if not pa.types.is_large_string(texts.type):
         texts = texts.cast(pa.large_string())
     if texts.null_count:

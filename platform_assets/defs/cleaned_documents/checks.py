@@ -11,12 +11,13 @@ from collections import Counter
 import dagster as dg
 import pyarrow.compute as pc
 
-from platform_assets.cleaning.chat_messages import chat_rows, message_contents
+from platform_assets.cleaning.chat_messages import message_contents
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
 from platform_assets.config import CleaningGates, PipelineConfig
 from platform_assets.parquet_parts import read_batches
 from platform_assets.storage import Storage
+from platform_assets.tokenize.conversations import chat_candidates
 
 ASSET = "cleaned_documents"
 
@@ -81,8 +82,8 @@ def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str
         for text in batch.column("text").to_pylist():
             redactor.redact(text, found)
         metas = batch.column("meta")
-        for row in sorted(chat_rows(metas)):  # chat messages are what trains: scan them too
-            for content in message_contents(metas[row].as_py()):
+        for row in chat_candidates(metas):  # chat messages are what trains: scan them too
+            for content in message_contents(metas[int(row)].as_py()):
                 redactor.redact(content, found)
     return found
 

@@ -14,6 +14,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.schema import single_array
+
 # characters JSON must escape inside a string; orjson escapes these and nothing else
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 
@@ -51,6 +53,4 @@ def meta_json_column(fields: pa.Table) -> pa.Array | None:
     body = pc.binary_join_element_wise(*pieces, _lit(","), null_handling="skip")
     objects = pc.binary_join_element_wise(_lit("{"), body, _lit("}"), _lit(""))
     combined = pc.if_else(pc.equal(body, _lit("")), pa.scalar(None, pa.large_string()), objects)
-    if isinstance(combined, pa.ChunkedArray):
-        combined = combined.chunk(0) if combined.num_chunks == 1 else combined.combine_chunks()
-    return combined.cast(pa.string())
+    return single_array(combined).cast(pa.string())
