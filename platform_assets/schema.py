@@ -1,22 +1,59 @@
-"""Arrow schemas shared by every text stage, and the stable document id.
+"""The documents schema (v2: any modality), the quarantine schema, and the stable document id.
 
-The schema is versioned: its version travels in the Parquet schema metadata so a reader can refuse a
-file written by an incompatible version instead of silently misreading it. Stages add columns (lang,
-quality signals, split, ...) and never rename or retype these.
+The schema is versioned: its `name/version` travels in the Parquet schema metadata so a reader can
+refuse a file written by an incompatible version instead of silently misreading it (v1 outputs are
+upgraded on read, see :func:`upgrade_documents`). Stages add columns (lang, quality signals, split,
+...) and never rename or retype these.
+
+A document is `text` (possibly empty) plus `media`: a list of binary items (an image, a rendered PDF
+page, an audio clip), each with its kind, MIME type, where it came from, its sha256 and its bytes. A
+caption, page text or transcript lives in `text`, so every text step applies to it unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
 import xxhash
 
+from platform_assets.contracts import schema_tag, versioned_schema
+
 DOCUMENTS_SCHEMA_NAME = "platform.documents"
-DOCUMENTS_SCHEMA_VERSION = 1
+DOCUMENTS_SCHEMA_VERSION = 2
 QUARANTINE_SCHEMA_NAME = "platform.quarantine"
 QUARANTINE_SCHEMA_VERSION = 1
+
+__all__ = ["schema_tag"]  # re-exported: readers check tags through this module
+
+
+class Modality(StrEnum):
+    """What a document is. Stored as a string (dictionary-encoded in Parquet); steps declare the ones
+    they apply to, so an image never meets a text-only rule."""
+
+    TEXT = "text"
+    HTML = "html"  # text whose main content cleaning extracts first
+    IMAGE = "image"
+    PDF = "pdf"  # one page of a PDF: its text plus the rendered page
+    AUDIO = "audio"
+
+
+TEXT_MODALITIES = frozenset({Modality.TEXT, Modality.HTML})
+MEDIA_MODALITIES = frozenset({Modality.IMAGE, Modality.PDF, Modality.AUDIO})
+
+# One media item. `bytes` is large_binary (64-bit offsets): a batch of high-resolution images or
+# minutes of audio passes 2 GiB quickly. `uri` says where the bytes came from (and is where they
+# stay when `bytes` is null: an object too large to inline, see the ingest docs).
+MEDIA_ITEM_TYPE = pa.struct([
+    pa.field("kind", pa.string(), nullable=False),  # image | page | audio
+    pa.field("mime", pa.string(), nullable=False),  # sniffed from the bytes, never from the name
+    pa.field("uri", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),  # of the bytes, hex
+    pa.field("bytes", pa.large_binary(), nullable=True),
+])
+MEDIA_TYPE = pa.list_(pa.field("item", MEDIA_ITEM_TYPE, nullable=False))
 
 # text is large_string: one Arrow string array is capped at 2 GiB of characters, and a record batch of
 # 8k documents may hold a few 50 MB documents; large_string (64-bit offsets) has no such cap.
@@ -32,16 +69,44 @@ DOCUMENT_FIELDS: list[pa.Field] = [
     # not when this run happened: a wall-clock timestamp would make re-runs differ byte for byte.
     # Milliseconds because Parquet has no second unit: a [s] column reads back as [ms].
     pa.field("ingested_at", pa.timestamp("ms", tz="UTC"), nullable=True),
+    pa.field("media", MEDIA_TYPE, nullable=True),  # null for text documents (costs ~nothing in Parquet)
 ]
 
+DOCUMENTS_SCHEMA = versioned_schema(DOCUMENT_FIELDS, DOCUMENTS_SCHEMA_NAME, DOCUMENTS_SCHEMA_VERSION)
+DOCUMENTS_V1_TAG = f"{DOCUMENTS_SCHEMA_NAME}/1"
 
-def _versioned(fields: list[pa.Field], name: str, version: int) -> pa.Schema:
-    return pa.schema(fields, metadata={b"platform.schema": f"{name}/{version}".encode()})
+
+class SchemaVersionError(ValueError):
+    """A stored output was written with a documents schema this code cannot read."""
 
 
-DOCUMENTS_SCHEMA = _versioned(DOCUMENT_FIELDS, DOCUMENTS_SCHEMA_NAME, DOCUMENTS_SCHEMA_VERSION)
+def upgrade_documents(batch: pa.RecordBatch, where: str = "") -> pa.RecordBatch:
+    """A batch of a stored documents output as schema v2, whatever version wrote it.
 
-QUARANTINE_SCHEMA = _versioned(
+    v1 (text only) had no `media` column: it is added as nulls, which is exactly what v2 writes for
+    text, so a v1 output reads as if v2 had written it and nothing has to be re-ingested. A newer or
+    foreign tag is a clear error naming the output, never a silent misread.
+    """
+    tag = schema_tag(batch.schema)
+    if tag is None or tag == f"{DOCUMENTS_SCHEMA_NAME}/{DOCUMENTS_SCHEMA_VERSION}":
+        return batch
+    if tag != DOCUMENTS_V1_TAG:
+        raise SchemaVersionError(
+            f"{where or 'output'}: written with schema {tag!r}; this version reads "
+            f"{DOCUMENTS_SCHEMA_NAME}/1 and /{DOCUMENTS_SCHEMA_VERSION}. Re-materialize it with this version.")
+    arrays = list(batch.columns)
+    names = list(batch.schema.names)
+    schema_fields = list(batch.schema)
+    if "media" not in names:
+        at = names.index("ingested_at") + 1 if "ingested_at" in names else len(names)
+        arrays.insert(at, pa.nulls(batch.num_rows, MEDIA_TYPE))
+        schema_fields.insert(at, DOCUMENTS_SCHEMA.field("media"))
+    meta = dict(batch.schema.metadata or {})
+    meta.update(DOCUMENTS_SCHEMA.metadata)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(schema_fields, metadata=meta))
+
+
+QUARANTINE_SCHEMA = versioned_schema(
     [
         pa.field("source", pa.string(), nullable=False),
         pa.field("uri", pa.string(), nullable=False),  # file, and line/row where known
@@ -76,12 +141,6 @@ class QuarantineReason:
         return sorted(v for k, v in vars(cls).items() if k.isupper())
 
 
-def schema_tag(schema: pa.Schema) -> str | None:
-    """The `name/version` tag stored in a schema's metadata, or None for a foreign file."""
-    raw = (schema.metadata or {}).get(b"platform.schema")
-    return raw.decode() if raw else None
-
-
 def _id_hasher(source: str, uri: str) -> xxhash.xxh3_128:
     h = xxhash.xxh3_128()
     h.update(source.encode())
@@ -91,7 +150,7 @@ def _id_hasher(source: str, uri: str) -> xxhash.xxh3_128:
     return h
 
 
-def document_id(source: str, uri: str, text: str) -> str:
+def document_id(source: str, uri: str, text: str, media_sha256: Sequence[str] = ()) -> str:
     """Stable, content-derived id: 128-bit XXH3 of (source, location, UTF-8 text), as 32 hex chars.
 
     The location is part of the key so that two identical texts at different places get different
@@ -99,10 +158,23 @@ def document_id(source: str, uri: str, text: str) -> str:
     able to name both). Same file, same line, same text gives the same id on every run and machine.
     128 bits keep the chance of any accidental collision below 1e-18 for 10^10 documents; XXH3 hashes
     at ~10 GB/s where BLAKE2b does ~1 GB/s, which mattered: hashing was 15% of ingest time.
+    A document with media also hashes its media's sha256s (a caption-less image is its bytes, so two
+    different images at one location never share an id); a text document's id is what v1 gave it.
     """
     h = _id_hasher(source, uri)
     h.update(text.encode("utf-8", "surrogatepass"))
+    if media_sha256:
+        _update_media(h, media_sha256)
     return h.hexdigest()
+
+
+def _update_media(h: xxhash.xxh3_128, media_sha256: Sequence[str]) -> None:
+    # Domain separation: after the text come "\x01media" and 64-hex digests, so a (text, media) key
+    # equals a text-only key only for a text ending in that exact byte string.
+    h.update(b"\x01media")
+    for digest in media_sha256:
+        h.update(digest.encode())
+        h.update(b"\x00")
 
 
 def document_ids(source: str, uris: Sequence[str], texts: pa.Array) -> list[str]:

@@ -41,6 +41,7 @@ def _write_docs(root, source: str, texts: list[str], ts: int = 1_700_000_000) ->
             "license": pa.nulls(n, pa.string()),
             "meta": pa.nulls(n, pa.string()),
             "ingested_at": pa.array([(ts + i) * 1000 for i in range(n)], pa.timestamp("ms", tz="UTC")),
+            "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
         },
         schema=DOCUMENTS_SCHEMA,
     )

@@ -48,6 +48,7 @@ def _splits_output(root: Path) -> dict[str, str]:
         "license": pa.nulls(n, pa.string()),
         "meta": [r[2] for r in rows],
         "ingested_at": pa.array([1_700_000_000_000] * n, pa.timestamp("ms", tz="UTC")),
+        "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
     }, schema=DOCUMENTS_SCHEMA).append_column("split", pa.array([r[3] for r in rows]))
     with Storage(str(root)).staged_dir("dataset_splits/_all") as staged:
         with staged.open_output("part-00000.parquet") as f:

@@ -11,8 +11,7 @@ from collections.abc import Callable
 
 import orjson
 
-# the key tokenization reads conversations from (rows are found with its `chat_candidates`)
-from platform_assets.tokenize.conversations import MESSAGES_KEY
+from platform_assets.contracts import MESSAGES_KEY
 
 
 def _messages(obj: object) -> list | None:

@@ -29,23 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import rewrite_messages
-from platform_assets.tokenize.conversations import chat_candidates
+from platform_assets.contracts import exclusions_schema
+from platform_assets.contracts import chat_candidates
 
-EXCLUSIONS_SCHEMA_NAME = "platform.exclusions"
-EXCLUSIONS_SCHEMA_VERSION = 1
-
-# One row per removed document. `rule` is "<step>.<check>" (e.g. "gopher_quality.too_few_words"), so
-# `GROUP BY rule` in DuckDB gives the funnel; `value` is what tripped it, with the threshold
-# ("37 < 50"); `bytes` is the document's UTF-8 size when it was removed (what the funnel counts).
-EXCLUSIONS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("rule", pa.string(), nullable=False),
-        pa.field("value", pa.string(), nullable=True),
-        pa.field("bytes", pa.int64(), nullable=False),
-    ],
-    metadata={b"platform.schema": f"{EXCLUSIONS_SCHEMA_NAME}/{EXCLUSIONS_SCHEMA_VERSION}".encode()},
-)
+# One row per removed document: the shared exclusion columns (id, rule, value, bytes). `bytes` is the
+# document's UTF-8 size when it was removed (what the funnel counts).
+EXCLUSIONS_SCHEMA = exclusions_schema("cleaning")
 
 ERROR_RULE = "error"
 """Local rule name of a document whose processing raised (with on_error='exclude')."""

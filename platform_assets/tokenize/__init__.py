@@ -8,7 +8,7 @@ Entry points for the asset wrappers:
   -> TokenizeStageResult` (rows, documents, tokens and loss tokens per (split, source), encode
   stats, exclusions, parts, manifest);
 - `encode.DocumentEncoder(TokenizerArtifact, TokenizeSettings).encode(record_batch) -> EncodedBatch`
-  (`.batch` in `tokenized_schema()`, `.exclusions` in cleaning's EXCLUSIONS_SCHEMA, `.stats`);
+  (`.batch` in `tokenized_schema()`, `.exclusions` in exclusion_rules.EXCLUSIONS_SCHEMA, `.stats`);
 - `tokenizer_artifact.TokenizerArtifact.load(storage, rel)`: the saved tokenizer, as packing and
   training need it (vocab size, eos/pad/bos ids, tokenizer sha256).
 

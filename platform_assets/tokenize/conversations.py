@@ -11,35 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from platform_assets.contracts import CHAT_ROLES, MESSAGES_KEY, Message, chat_candidates
 from platform_assets.tokenize.exclusion_rules import TokenizeRule
 
-CHAT_ROLES = ("system", "user", "assistant")
-MESSAGES_KEY = "messages"
-_VALUE_CHARS = 80  # of a bad role or an error message quoted in an exclusion value
+__all__ = ["CHAT_ROLES", "MESSAGES_KEY", "Invalid", "Message", "chat_candidates", "parse_conversation"]
 
-Message = dict[str, str]
+_VALUE_CHARS = 80  # of a bad role or an error message quoted in an exclusion value
 
 
 @dataclass(frozen=True, slots=True)
 class Invalid:
     rule: str
     value: str
-
-
-def chat_candidates(meta: pa.Array | pa.ChunkedArray | None) -> np.ndarray:
-    """Rows whose meta may hold a conversation: those containing `"messages"` (one vectorised scan;
-    only these are parsed, so plain-text batches never pay for JSON)."""
-    if meta is None or pa.types.is_null(meta.type):  # an all-null column may come typed `null`
-        return np.zeros(0, np.int64)
-    if not (pa.types.is_string(meta.type) or pa.types.is_large_string(meta.type)):
-        raise ValueError(f"meta column is {meta.type}, expected a JSON string")
-    hit = pc.match_substring(meta, f'"{MESSAGES_KEY}"').fill_null(False)
-    return np.flatnonzero(hit.to_numpy(zero_copy_only=False))
 
 
 def _quote(value: object) -> str:

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA
+from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
 from platform_assets.tokenize.exclusion_rules import TokenizeRule

@@ -6,6 +6,11 @@ Stable strings (users `GROUP BY rule` in DuckDB), `tokenize.` + the check, like 
 
 from __future__ import annotations
 
+from platform_assets.contracts import exclusions_schema
+
+# The shared exclusion columns; `bytes` is the document's UTF-8 text size.
+EXCLUSIONS_SCHEMA = exclusions_schema("tokenize")
+
 
 class TokenizeRule:
     META_NOT_JSON = "tokenize.meta_not_json"

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA
+from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import StagedDir, Storage

@@ -17,6 +17,7 @@ def documents_batch(
     uris: Sequence[str] | None = None,
     license: str | None = None,
     meta: str | None = None,
+    media: Sequence[list[dict] | None] | None = None,
     schema: pa.Schema = DOCUMENTS_SCHEMA,
 ) -> pa.RecordBatch:
     n = len(texts)
@@ -30,6 +31,7 @@ def documents_batch(
             "license": [license] * n,
             "meta": [meta] * n,
             "ingested_at": [None] * n,
+            "media": list(media) if media else [None] * n,
         },
         schema=schema,
     )

@@ -43,6 +43,7 @@ def _table(texts, sources=None, ages=None, quality=None, ids=None):
         "ingested_at": pa.array(
             ages if ages is not None else [1_700_000_000] * n, pa.timestamp("s", tz="UTC")
         ),
+        "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
     }
     schema = DOCUMENTS_SCHEMA
     if quality is not None:

@@ -14,6 +14,7 @@ def _docs(ids: list[str]) -> pa.Table:
         "id": ids, "source": ["s"] * n, "text": pa.array(["t"] * n, pa.large_string()), "modality": ["text"] * n,
         "uri": [f"u{i}" for i in range(n)], "license": pa.nulls(n, pa.string()), "meta": pa.nulls(n, pa.string()),
         "ingested_at": pa.nulls(n, pa.timestamp("ms", tz="UTC")),
+        "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
     }, schema=DOCUMENTS_SCHEMA)
 
 
@@ -37,7 +38,7 @@ def test_schema_drift_is_reported_per_file(tmp_path):
     pq.write_table(foreign.replace_schema_metadata(None), tmp_path / "d" / "part-00001.parquet")
     problems = schema_problems(Storage(str(tmp_path)), "d", DOCUMENTS_SCHEMA)
     assert problems == [
-        "part-00001.parquet: schema tag None, expected 'platform.documents/1'",
+        "part-00001.parquet: schema tag None, expected 'platform.documents/2'",
         "part-00001.parquet: column 'id' is int64, expected string",
         "part-00001.parquet: column 'meta' missing",
     ]
