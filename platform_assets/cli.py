@@ -143,6 +143,10 @@ def _checks_summary(result) -> str:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    from platform_assets.contracts import DUPLICATES_FILE as DUP
+    from platform_assets.contracts import EXCLUSIONS_FILE as EXCL
+    from platform_assets.contracts import PART_GLOB as PARTS
+    from platform_assets.contracts import QUARANTINE_FILE as QUAR
     from platform_assets.query import connect
     from platform_assets.storage import Storage
 
@@ -151,19 +155,19 @@ def cmd_query(args: argparse.Namespace) -> int:
     con = connect(
         storage,
         {
-            "raw_documents": ("raw_documents", "*/part-*.parquet"),
-            "quarantine": ("raw_documents", "*/_quarantine.parquet"),
-            "cleaned_documents": ("cleaned_documents", "*/part-*.parquet"),
-            "cleaning_exclusions": ("cleaned_documents", "*/_exclusions.parquet"),
-            "deduplicated_documents": ("deduplicated_documents", "_all/part-*.parquet"),
-            "duplicates": ("deduplicated_documents", "_all/_duplicates.parquet"),
-            "dedup_exclusions": ("deduplicated_documents", "_all/_exclusions.parquet"),
-            "dataset_splits": ("dataset_splits", "_all/part-*.parquet"),
+            "raw_documents": ("raw_documents", f"*/{PARTS}"),
+            "quarantine": ("raw_documents", f"*/{QUAR}"),
+            "cleaned_documents": ("cleaned_documents", f"*/{PARTS}"),
+            "cleaning_exclusions": ("cleaned_documents", f"*/{EXCL}"),
+            "deduplicated_documents": ("deduplicated_documents", f"_all/{PARTS}"),
+            "duplicates": ("deduplicated_documents", f"_all/{DUP}"),
+            "dedup_exclusions": ("deduplicated_documents", f"_all/{EXCL}"),
+            "dataset_splits": ("dataset_splits", f"_all/{PARTS}"),
             # one folder per (split, source): fnmatch's `*` crosses `/`
-            "tokenized_documents": ("tokenized_documents", "_all/*part-*.parquet"),
-            "tokenize_exclusions": ("tokenized_documents", "_all/_exclusions.parquet"),
+            "tokenized_documents": ("tokenized_documents", f"_all/*{PARTS}"),
+            "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCL}"),
             "provenance": ("packed_shards", "_all/provenance.parquet"),
-            "packing_exclusions": ("packed_shards", "_all/_exclusions.parquet"),
+            "packing_exclusions": ("packed_shards", f"_all/{EXCL}"),
         },
     )
     rel = con.sql(args.sql)

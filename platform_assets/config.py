@@ -9,19 +9,27 @@ code location (which loads the config for sensors and partitions) keeps loading.
 
 from __future__ import annotations
 
-import codecs
 import os
-import re
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from platform_assets.cleaning.settings import CleaningSettings
+from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.ingest.chat import ChatFields
+from platform_assets.ingest.settings import (
+    CsvSource,
+    FolderSource,
+    HuggingFaceSource,
+    IngestSettings,
+    JsonlSource,
+    ParquetSource,
+    SourceConfig,
+    SourceConfigType,
+    TextSource,
+)
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
@@ -33,132 +41,36 @@ DEFAULT_CONFIG_ENV = "PLATFORM_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = REPO_ROOT / "configs" / "sample.yaml"
 
-SOURCE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}$"
+__all__ = [  # the source models live with ingest; importable from here as before
+    "SOURCE_NAME_PATTERN", "CsvSource", "FolderSource", "HuggingFaceSource", "JsonlSource", "ParquetSource",
+    "TextSource", "IngestSettings", "IOSettings",
+]
+
+# Keys that moved to the `io:` section: one batch size, compression and part size for every stage.
+MOVED_TO_IO = {
+    "ingest": ("batch_rows", "batch_bytes", "part_max_bytes", "compression"),
+    "dedup": ("batch_rows",),
+    "tokenize": ("batch_rows",),
+}
 
 
 class ConfigError(ValueError):
     """The config file is missing, unparsable or invalid; the message names the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _SourceBase(_Strict):
-    name: Annotated[str, Field(pattern=SOURCE_NAME_PATTERN)]
-    """Partition key of this source in every per-source asset: lower case, digits, `_`, `-`."""
-    path: str
-    """A file, a directory, or a glob; local (relative to the config file) or an s3:// URI."""
-    license: str | None = None
-    snapshot_time: datetime | None = None
-    """Overrides the per-file modification time recorded as `ingested_at`."""
-
-    def is_remote(self) -> bool:
-        return "://" in self.path
-
-
-class _FileSource(_SourceBase):
-    pattern: str | None = None
-    """Glob applied under `path` when it is a directory (default per format, e.g. `*.jsonl*`)."""
-    encoding: str = "utf-8"
-    """Legacy encodings (latin-1, cp1252, shift_jis, ...) are decoded here, at ingest."""
-
-    @field_validator("encoding")
-    @classmethod
-    def _known_encoding(cls, value: str) -> str:
-        try:
-            codecs.lookup(value)
-        except LookupError:
-            raise ValueError(f"unknown encoding {value!r}") from None
-        return value
-
-
-class JsonlSource(_FileSource):
-    format: Literal["jsonl"]
-    text_field: str = "text"
-    meta_fields: list[str] | None = None
-    chat: ChatFields | None = None
-    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
-    """Fields kept in `meta`; None keeps every field except the text."""
-
-
-class CsvSource(_FileSource):
-    format: Literal["csv"]
-    text_field: str = "text"
-    meta_fields: list[str] | None = None
-    delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
-
-
-class ParquetSource(_FileSource):
-    format: Literal["parquet"]
-    text_field: str = "text"
-    meta_fields: list[str] | None = None
-
-
-class TextSource(_FileSource):
-    format: Literal["text"]
-    unit: Literal["line", "file"] = "file"
-    """`line`: every non-blank line is a document; `file`: every file is one."""
-
-
-class FolderSource(_FileSource):
-    format: Literal["folder"]
-    """A folder of documents, one per file; HTML files are kept as modality `html` for cleaning."""
-
-
-class HuggingFaceSource(_SourceBase):
-    format: Literal["hf"]
-    config_name: str | None = None
-    split: str = "train"
-    text_field: str = "text"
-    meta_fields: list[str] | None = None
-    chat: ChatFields | None = None
-    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
-    streaming: bool = True
-    """Hub ids and local data directories load through `load_dataset(..., streaming=True)`; a
-    directory written by `save_to_disk` loads through `load_from_disk`."""
-
-    def is_remote(self) -> bool:
-        return not _looks_like_local_path(self.path)
-
-
-SourceConfig = Annotated[
-    JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource,
-    Field(discriminator="format"),
-]
-
-
-class S3Options(_Strict):
+class S3Options(StrictModel):
     endpoint_url: str | None = None
     """For MinIO or a local moto server; credentials come from the standard AWS environment."""
     region: str = "us-east-1"
 
 
-class StorageConfig(_Strict):
+class StorageConfig(StrictModel):
     root: str = "../data"
     """Where every asset writes: a local directory (relative to the config file) or s3://bucket/prefix."""
     s3: S3Options = S3Options()
 
 
-class IngestConfig(_Strict):
-    batch_rows: Annotated[int, Field(gt=0)] = 8192
-    # Bounds memory whatever the document sizes: a batch is flushed at 8k rows or 64 MiB of text.
-    batch_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
-    max_document_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
-    parallel_files: Annotated[int, Field(gt=0)] = 2
-    """Input files read and written at once, each by its own pipeline into its own parts (named by
-    the file's position, so the output does not depend on this number). A pipeline keeps ~2 threads
-    busy (parsing, then compression in its writer thread; both outside the GIL), so 2 fill 2 cores.
-    While pipelines leave cores idle, each JSONL file is also parsed on several threads (costs ~40%
-    more CPU per byte). Memory grows by about one batch per pipeline."""
-    part_max_bytes: Annotated[int, Field(gt=0)] = 512 * 2**20
-    """Start a new part file once this many uncompressed bytes went into the current one."""
-    compression: Literal["zstd", "snappy", "none"] = "zstd"
-    max_quarantine_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
-    """Above this share of quarantined inputs the `quarantine_rate_within_bounds` check warns."""
-
-
-class CleaningGates(_Strict):
+class CleaningGates(StrictModel):
     """Bounds of the blocking checks on cleaned_documents: a broken rule cannot silently empty a source."""
 
     max_removal_rate: Annotated[float, Field(ge=0, le=1)] = 0.9
@@ -171,10 +83,11 @@ class CleaningGates(_Strict):
     """Expected (min, max) share of kept documents per language code, e.g. `en: [0.5, 1.0]`."""
 
 
-class PipelineConfig(_Strict):
+class PipelineConfig(StrictModel):
     storage: StorageConfig = StorageConfig()
     sources: list[SourceConfig]
-    ingest: IngestConfig = IngestConfig()
+    io: IOSettings = IOSettings()
+    ingest: IngestSettings = IngestSettings()
     cleaning: CleaningSettings = CleaningSettings()
     cleaning_gates: CleaningGates = CleaningGates()
     dedup: DedupSettings = DedupSettings()
@@ -197,9 +110,7 @@ class PipelineConfig(_Strict):
             seen.add(s.name)
         return sources
 
-    def source(
-        self, name: str
-    ) -> JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource:
+    def source(self, name: str) -> SourceConfigType:
         for s in self.sources:
             if s.name == name:
                 return s
@@ -266,10 +177,6 @@ def _has_glob(path: str) -> bool:
     return any(c in path for c in "*?[")
 
 
-def _looks_like_local_path(path: str) -> bool:
-    return path.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(path))
-
-
 def _format_errors(err: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
     for e in err.errors():
@@ -304,6 +211,10 @@ def _format_errors(err: ValidationError, raw: dict[str, Any]) -> str:
 def parse_config(raw: dict[str, Any], config_dir: Path) -> PipelineConfig:
     if not isinstance(raw, dict):
         raise ConfigError("invalid pipeline config: the top level must be a mapping")
+    moved = [f"  {section}.{key}: moved to io.{key}" for section, keys in MOVED_TO_IO.items()
+             for key in keys if isinstance(raw.get(section), dict) and key in raw[section]]
+    if moved:
+        raise ConfigError("invalid pipeline config:\n" + "\n".join(moved))
     try:
         cfg = PipelineConfig.model_validate(raw)
     except ValidationError as err:
@@ -328,5 +239,3 @@ def load_config(path: str | os.PathLike[str] | None = None) -> PipelineConfig:
 def default_config_path() -> str:
     return str(os.environ.get(DEFAULT_CONFIG_ENV) or DEFAULT_CONFIG_PATH)
 
-
-SOURCE_NAME_RE = re.compile(SOURCE_NAME_PATTERN)

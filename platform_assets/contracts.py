@@ -169,14 +169,15 @@ def chat_candidates(meta: pa.Array | pa.ChunkedArray | None) -> np.ndarray:
 # The stage contract
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageResult:
     """What every stage returns: its committed output directory and what it holds.
 
     `files` is the output's manifest (name -> size, sha256), whose hash is the data version;
     `schema` the schema of its data parts (None for outputs without document-level parts);
     `metadata` plain values for the asset's materialization; `exclusions` the side file (relative to
-    `rel`) holding what the stage removed, where it removes anything.
+    `rel`) holding what the stage removed or rejected, where it removes anything. A stage's own result
+    class derives from this one and adds its typed figures (funnel, counts, sets).
     """
 
     rel: str

@@ -1,6 +1,7 @@
 """Reading and writing an output directory of Parquet parts, shared by every stage.
 
-Writing: batches go to `part-NNNNN.parquet` files, a new part every `part_max_bytes` of Arrow data;
+Writing: batches go to `part-NNNNN.parquet` files, a new part every `part_max_bytes` of Arrow data
+or `part_max_rows` rows;
 each batch is one row group. Encoding and compression run in a writer thread (pyarrow releases the
 GIL there) while the caller prepares the next batch; at most one batch is in flight, so memory is
 about two batches. Reading: the parts of a directory in name order, as record batches of the
@@ -15,16 +16,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from platform_assets.contracts import PART_GLOB, PART_PREFIX, IOSettings, schema_tag
+from platform_assets.schema import DOCUMENTS_V1_TAG, check_documents_version, upgrade_documents
 from platform_assets.storage import StagedDir, Storage
 
 DICTIONARY_COLUMNS = ("source", "modality", "license", "split", "lang", "rule")  # few distinct values
 # Min/max statistics of whole documents are useless for pruning and cost as much as the compression
 # itself (zstd write of 198 MB of text: 1.28 s with them, 0.65 s without).
 NO_STATISTICS_COLUMNS = ("text",)
-PART_GLOB = "part-*.parquet"
 
 
-def part_name(index: int, prefix: str = "part") -> str:
+def part_name(index: int, prefix: str = PART_PREFIX) -> str:
     return f"{prefix}-{index:05d}.parquet"
 
 
@@ -48,7 +50,7 @@ def write_table(staged: StagedDir, name: str, table: pa.Table, compression: str 
 
 class PartWriter:
     def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str = "zstd",
-                 part_max_bytes: int = 512 * 2**20, prefix: str = "part"):
+                 part_max_bytes: int = 512 * 2**20, prefix: str = "part", part_max_rows: int | None = None):
         self.schema = schema
         self._prefix = prefix
         self.parts: list[str] = []
@@ -57,10 +59,17 @@ class PartWriter:
         self._compression = compression
         self._part_max_bytes = part_max_bytes
         self._part_bytes = 0
+        self._part_max_rows = part_max_rows
+        self._part_rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._sink = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
         self._pending: Future[None] | None = None
+
+    @classmethod
+    def with_io(cls, staged: StagedDir, schema: pa.Schema, io: IOSettings, prefix: str = PART_PREFIX) -> PartWriter:
+        """A writer with the `io:` section's compression and part bounds."""
+        return cls(staged, schema, io.compression, io.part_max_bytes, prefix, io.part_max_rows)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -71,14 +80,16 @@ class PartWriter:
             batch = batch.select(self.schema.names).cast(self.schema)
         self.rows += batch.num_rows
         self._wait()
-        if self._writer is None or self._part_bytes >= self._part_max_bytes:
+        rows_full = self._part_max_rows is not None and self._part_rows >= self._part_max_rows
+        if self._writer is None or self._part_bytes >= self._part_max_bytes or rows_full:
             self._close_part()
             name = part_name(len(self.parts), self._prefix)
             self.parts.append(name)
             self._sink = self._staged.open_output(name)
             self._writer = parquet_writer(self._sink, self.schema, self._compression)
-            self._part_bytes = 0
+            self._part_bytes = self._part_rows = 0
         self._part_bytes += batch.nbytes
+        self._part_rows += batch.num_rows
         self._pending = self._pool.submit(self._writer.write_batch, batch)
 
     def _wait(self) -> None:
@@ -123,16 +134,28 @@ def part_files(storage: Storage, rel_dir: str) -> list[str]:
 def read_batches(
     storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = 8192
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of an output directory's parts, in part order."""
+    """Record batches of an output directory's parts, in part order. Documents written with schema v1
+    read as v2 (`schema.upgrade_documents`); a newer documents schema is refused with its path."""
     for path in part_files(storage, rel_dir):
         with storage.fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
-            yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+            if schema_tag(pf.schema_arrow) != DOCUMENTS_V1_TAG:
+                check_documents_version(pf.schema_arrow, path)
+                yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+                continue
+            wanted = [c for c in columns if c != "media"] if columns else None
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
+                batch = upgrade_documents(batch, path)
+                yield batch.select(list(columns)) if columns else batch
 
 
 def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
+    """The schema of an output's parts (a v1 documents schema as its v2 upgrade)."""
     files = part_files(storage, rel_dir)
     if not files:
         return None
     with storage.fs.open_input_file(files[0]) as f:
-        return pq.read_schema(f)
+        schema = pq.read_schema(f)
+    if schema_tag(schema) == DOCUMENTS_V1_TAG:
+        return upgrade_documents(pa.RecordBatch.from_pylist([], schema=schema), files[0]).schema
+    return schema

@@ -13,8 +13,6 @@ import pyarrow.dataset as pads
 
 from platform_assets.storage import Storage
 
-QUARANTINE_GLOB = "_quarantine.parquet"
-
 
 def output_dataset(storage: Storage, rel_dir: str, data_files: str = "part-*.parquet") -> pads.Dataset | None:
     """The dataset of an output directory's data files (None when it has none)."""

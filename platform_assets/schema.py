@@ -47,13 +47,14 @@ MEDIA_MODALITIES = frozenset({Modality.IMAGE, Modality.PDF, Modality.AUDIO})
 # minutes of audio passes 2 GiB quickly. `uri` says where the bytes came from (and is where they
 # stay when `bytes` is null: an object too large to inline, see the ingest docs).
 MEDIA_ITEM_TYPE = pa.struct([
-    pa.field("kind", pa.string(), nullable=False),  # image | page | audio
+    pa.field("kind", pa.string(), nullable=False),  # image | pdf | audio (| page: a rendered PDF page)
     pa.field("mime", pa.string(), nullable=False),  # sniffed from the bytes, never from the name
     pa.field("uri", pa.string(), nullable=False),
     pa.field("sha256", pa.string(), nullable=False),  # of the bytes, hex
     pa.field("bytes", pa.large_binary(), nullable=True),
 ])
-MEDIA_TYPE = pa.list_(pa.field("item", MEDIA_ITEM_TYPE, nullable=False))
+# "element" is the name Parquet gives a list's item field: the schema reads back equal to what was written.
+MEDIA_TYPE = pa.list_(pa.field("element", MEDIA_ITEM_TYPE, nullable=False))
 
 # text is large_string: one Arrow string array is capped at 2 GiB of characters, and a record batch of
 # 8k documents may hold a few 50 MB documents; large_string (64-bit offsets) has no such cap.
@@ -80,6 +81,18 @@ class SchemaVersionError(ValueError):
     """A stored output was written with a documents schema this code cannot read."""
 
 
+def check_documents_version(schema: pa.Schema, where: str = "") -> None:
+    """Raise SchemaVersionError for a documents schema newer (or other) than this code reads; other
+    schemas (tokens, exclusions, foreign files) pass."""
+    tag = schema_tag(schema)
+    if tag is None or not tag.startswith(f"{DOCUMENTS_SCHEMA_NAME}/"):
+        return
+    if tag not in (DOCUMENTS_V1_TAG, f"{DOCUMENTS_SCHEMA_NAME}/{DOCUMENTS_SCHEMA_VERSION}"):
+        raise SchemaVersionError(
+            f"{where or 'output'}: written with schema {tag!r}; this version reads "
+            f"{DOCUMENTS_SCHEMA_NAME}/1 and /{DOCUMENTS_SCHEMA_VERSION}. Re-materialize it with this version.")
+
+
 def upgrade_documents(batch: pa.RecordBatch, where: str = "") -> pa.RecordBatch:
     """A batch of a stored documents output as schema v2, whatever version wrote it.
 
@@ -87,13 +100,9 @@ def upgrade_documents(batch: pa.RecordBatch, where: str = "") -> pa.RecordBatch:
     text, so a v1 output reads as if v2 had written it and nothing has to be re-ingested. A newer or
     foreign tag is a clear error naming the output, never a silent misread.
     """
-    tag = schema_tag(batch.schema)
-    if tag is None or tag == f"{DOCUMENTS_SCHEMA_NAME}/{DOCUMENTS_SCHEMA_VERSION}":
+    if schema_tag(batch.schema) != DOCUMENTS_V1_TAG:
+        check_documents_version(batch.schema, where)
         return batch
-    if tag != DOCUMENTS_V1_TAG:
-        raise SchemaVersionError(
-            f"{where or 'output'}: written with schema {tag!r}; this version reads "
-            f"{DOCUMENTS_SCHEMA_NAME}/1 and /{DOCUMENTS_SCHEMA_VERSION}. Re-materialize it with this version.")
     arrays = list(batch.columns)
     names = list(batch.schema.names)
     schema_fields = list(batch.schema)
@@ -177,8 +186,10 @@ def _update_media(h: xxhash.xxh3_128, media_sha256: Sequence[str]) -> None:
         h.update(b"\x00")
 
 
-def document_ids(source: str, uris: Sequence[str], texts: pa.Array) -> list[str]:
-    """`document_id` for a whole large_string array, hashing its UTF-8 buffer in place (no copies)."""
+def document_ids(source: str, uris: Sequence[str], texts: pa.Array,
+                 media_sha256: Sequence[Sequence[str] | None] | None = None) -> list[str]:
+    """`document_id` for a whole large_string array, hashing its UTF-8 buffer in place (no copies);
+    `media_sha256[i]` (optional) the digests of row i's media items."""
     if not pa.types.is_large_string(texts.type):
         texts = texts.cast(pa.large_string())
     n = len(texts)
@@ -189,6 +200,8 @@ def document_ids(source: str, uris: Sequence[str], texts: pa.Array) -> list[str]
     for i, uri in enumerate(uris):
         h = _id_hasher(source, uri)
         h.update(data[offsets[i] : offsets[i + 1]])
+        if media_sha256 is not None and media_sha256[i]:
+            _update_media(h, media_sha256[i])
         out.append(h.hexdigest())
     return out
 

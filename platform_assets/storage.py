@@ -27,7 +27,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-MANIFEST_NAME = "_manifest.json"
+from platform_assets.contracts import MANIFEST_FILE as MANIFEST_NAME
+
 _HASH_CHUNK = 8 * 2**20
 
 

@@ -13,20 +13,22 @@ hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.contracts import DEFAULT_IO, Counts, exclusions_schema
 from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
-from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash, text_hashes
+from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
+from platform_assets.dedup.keys import exact_keys, near_dedup_texts
 from platform_assets.dedup.lsh_index import LshIndex
 from platform_assets.dedup.minhash import EMPTY, MinHasher
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
+from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.dedup.signature_store import AcceptedSignatures
 
 EXACT = "exact_duplicate"
@@ -57,18 +59,16 @@ DUPLICATES_SCHEMA = pa.schema(
     ]
 )
 
-EXCLUSIONS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("rule", pa.string(), nullable=False),
-        pa.field("value", pa.float64()),  # similarity to the kept document
-        pa.field("kept_id", pa.string(), nullable=False),
-    ]
-)
+# The shared exclusion columns (value: the similarity as text, "0.8125"; bytes: null, dedup never
+# loads the text it removes twice), then which document was kept and the similarity as a number.
+EXCLUSIONS_SCHEMA = exclusions_schema("dedup", (
+    pa.field("kept_id", pa.string(), nullable=False),
+    pa.field("similarity", pa.float64(), nullable=True),
+))
 
 
 @dataclass
-class DedupCounts:
+class DedupCounts(Counts):
     documents: int = 0
     kept: int = 0
     removed_exact: int = 0
@@ -82,9 +82,6 @@ class DedupCounts:
     lsh_candidates: int = 0
     rejected_by_verification: int = 0
     unknown_candidates: int = 0  # LSH keys without a local signature (other workers, shared Redis)
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass
@@ -109,12 +106,15 @@ class DedupResult:
         self._cluster = g["cid_first"].combine_chunks()
         self._emitted = np.zeros(len(self._keep_ids), dtype=bool)
         removed = d.filter(pc.invert(d["keep"]))
+        similarity = removed["similarity"].cast(pa.float64())
         self._excl = pa.table(
             {
                 "id": removed["id"],
                 "rule": removed["rule"],
-                "value": removed["similarity"].cast(pa.float64()),
+                "value": pa.array([None if s is None else f"{s:.4g}" for s in similarity.to_pylist()], pa.string()),
+                "bytes": pa.nulls(removed.num_rows, pa.int64()),
                 "kept_id": removed["kept_id"],
+                "similarity": similarity,
             },
             schema=EXCLUSIONS_SCHEMA,
         )
@@ -141,7 +141,7 @@ class DedupResult:
         return kept.append_column(pa.field("cluster_id", pa.string(), nullable=False), cluster)
 
     def exclusions(self) -> pa.Table:
-        """Removed documents for `_exclusions.parquet`: id, rule, value (similarity), kept_id."""
+        """Removed documents for `_exclusions.parquet`: id, rule, value, bytes, kept_id, similarity."""
         return self._excl
 
     def removed_per_source(self) -> pa.Table:
@@ -173,15 +173,15 @@ class Deduplicator:
         self._ids.append(_plain(batch.column("id"), pa.string()))
         self._sources.append(_plain(batch.column("source"), pa.string()))
         self._prio.append(priority_values(batch, s.keep, s.quality_column))
-        text = texts_to_array(batch.column("text"))
         if s.exact.enabled:
-            self._hashes.append(text_hashes(text, s.exact))
+            self._hashes.append(exact_keys(batch, s.exact))
         else:
             self._hashes.append(pa.nulls(n, TEXT_HASH_TYPE))
         if not s.near.enabled:
             self._sigs.append(np.full((n, s.near.num_perm), EMPTY, np.uint32))
             self._n_shingles.append(np.zeros(n, np.int32))
             return
+        text = near_dedup_texts(batch)
         for a, b in compute_in_slices(text):
             shingles = shingle_hashes(text[a:b], s.near.shingles)
             self._sigs.append(self.minhasher.signatures(shingles))
@@ -350,11 +350,12 @@ def _concat(parts: list[pa.Array], typ: pa.DataType) -> pa.Array:
 
 
 def deduplicate(
-    table: pa.Table, settings: DedupSettings, accepted: AcceptedSignatures | None = None
+    table: pa.Table, settings: DedupSettings, accepted: AcceptedSignatures | None = None,
+    batch_rows: int = DEFAULT_IO.batch_rows,
 ) -> tuple[pa.Table, DedupResult]:
     """One-shot helper for in-memory tables: (kept documents with cluster_id, result)."""
     dedup = Deduplicator(settings, accepted)
-    for batch in table.to_batches(max_chunksize=settings.batch_rows):
+    for batch in table.to_batches(max_chunksize=batch_rows):
         dedup.add_batch(batch)
     result = dedup.finish()
     return result.filter_batch(table), result

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from platform_assets.contracts import StrictModel
 
 
-class _Strict(BaseModel):
-    # Same contract as config.py's models: unknown keys are errors, values are immutable.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ShingleSettings(_Strict):
+class ShingleSettings(StrictModel):
     unit: Literal["word", "char"] = "word"
     """`word`: n-grams of `\\w+` tokens (Python's Unicode definition, as dedup_truth.py);
     `char`: n-grams of code points after collapsing whitespace runs to one space."""
@@ -34,7 +31,7 @@ class ShingleSettings(_Strict):
     is ~170k word shingles, ~4 ms of hashing). Exact dedup still hashes the whole text."""
 
 
-class ExactSettings(_Strict):
+class ExactSettings(StrictModel):
     enabled: bool = True
     lowercase: bool = True
     collapse_whitespace: bool = True
@@ -42,7 +39,7 @@ class ExactSettings(_Strict):
     unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
 
 
-class LshStorage(_Strict):
+class LshStorage(StrictModel):
     type: Literal["memory", "redis"] = "memory"
     """`redis` shares one datasketch index between workers (needs the `redis` package)."""
     redis: dict[str, Any] = Field(default_factory=lambda: {"host": "localhost", "port": 6379})
@@ -54,7 +51,7 @@ class LshStorage(_Strict):
     not used, so cross-worker matches need a shared artifact, not only a shared index."""
 
 
-class NearSettings(_Strict):
+class NearSettings(StrictModel):
     enabled: bool = True
     shingles: ShingleSettings = ShingleSettings()
     num_perm: Annotated[int, Field(ge=16, le=1024)] = 128
@@ -99,7 +96,7 @@ class NearSettings(_Strict):
         return round(max(0.05, self.threshold - 0.2), 6) if self.verify != "none" else self.threshold
 
 
-class DedupSettings(_Strict):
+class DedupSettings(StrictModel):
     exact: ExactSettings = ExactSettings()
     near: NearSettings = NearSettings()
     keep: Literal["oldest", "longest", "highest_quality"] = "oldest"
@@ -109,7 +106,6 @@ class DedupSettings(_Strict):
     incremental: bool = False
     """Deduplicate new documents against the accepted-signature artifact of the previous run
     (accepted documents stay accepted) instead of recomputing over the whole corpus."""
-    batch_rows: Annotated[int, Field(gt=0)] = 8192
     max_removed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
     """Blocking bound of the `removal_rate_within_bounds` check: a broken rule (say, a shingle size
     of 1 making everything a near duplicate) cannot silently empty the dataset."""

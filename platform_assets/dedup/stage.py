@@ -17,26 +17,33 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from platform_assets.contracts import (
+    DEFAULT_IO,
+    DUPLICATES_FILE,
+    EXCLUSIONS_FILE,
+    PART_GLOB,
+    SIGNATURES_FILE,
+    IOSettings,
+    StageResult,
+)
 from platform_assets.dedup.deduplicator import Deduplicator, DedupResult
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
 from platform_assets.storage import Storage
 
-EXCLUSIONS_FILE = "_exclusions.parquet"
-DUPLICATES_FILE = "_duplicates.parquet"
-SIGNATURES_FILE = "_signatures.parquet"
+__all__ = ["DUPLICATES_FILE", "EXCLUSIONS_FILE", "SIGNATURES_FILE", "DedupStageResult", "deduplicate_outputs"]
 
 
-@dataclass(frozen=True)
-class DedupStageResult:
+@dataclass(frozen=True, kw_only=True)
+class DedupStageResult(StageResult):
     rows_in: int
-    rows_out: int
     carried_over: int  # documents kept from the previous output (incremental mode)
     result: DedupResult
-    schema: pa.Schema
-    parts: list[str]
-    files: dict[str, dict[str, object]]
+
+    @property
+    def rows_out(self) -> int:
+        return self.rows
 
 
 def _read_single(storage: Storage, rel: str) -> pa.Table | None:
@@ -58,8 +65,7 @@ def deduplicate_outputs(
     input_dirs: list[str],
     out_rel: str,
     settings: DedupSettings,
-    compression: str = "zstd",
-    part_max_bytes: int = 512 * 2**20,
+    io: IOSettings = DEFAULT_IO,
 ) -> DedupStageResult:
     schemas = [s for s in (output_schema(storage, d) for d in input_dirs) if s is not None]
     if not schemas:
@@ -78,11 +84,11 @@ def deduplicate_outputs(
             excluded = _read_single(storage, f"{out_rel}/{EXCLUSIONS_FILE}")
             seen = pa.concat_arrays([accepted.ids.cast(pa.string()),
                                      *([excluded["id"].combine_chunks()] if excluded is not None else [])])
-            previous_parts = [e.path for e in storage.list_files(out_rel, "part-*.parquet")]
+            previous_parts = [e.path for e in storage.list_files(out_rel, PART_GLOB)]
 
     def new_batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
         for d in input_dirs:
-            for batch in read_batches(storage, d, columns, settings.batch_rows):
+            for batch in read_batches(storage, d, columns, io.batch_rows):
                 if seen is not None:
                     batch = batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=seen)))
                 if batch.num_rows:
@@ -98,10 +104,10 @@ def deduplicate_outputs(
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
     with storage.staged_dir(out_rel) as staged:
-        with PartWriter(staged, out_schema, compression, part_max_bytes) as writer:
+        with PartWriter.with_io(staged, out_schema, io) as writer:
             for path in previous_parts:  # incremental: earlier runs' documents first, as they were
                 with storage.fs.open_input_file(path) as f:
-                    for batch in pq.ParquetFile(f).iter_batches(batch_size=settings.batch_rows):
+                    for batch in pq.ParquetFile(f).iter_batches(batch_size=io.batch_rows):
                         carried += batch.num_rows
                         writer.write(batch)
             for batch in new_batches(None):
@@ -110,7 +116,8 @@ def deduplicate_outputs(
         exclusions = result.exclusions()
         if previous_exclusions is not None:
             exclusions = pa.concat_tables([previous_exclusions.cast(exclusions.schema), exclusions])
-        write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
-        write_table(staged, DUPLICATES_FILE, result.duplicates, compression)
-        write_table(staged, SIGNATURES_FILE, result.accepted.to_table(settings), compression)
-    return DedupStageResult(rows_in, writer.rows, carried, result, out_schema, writer.parts, staged.manifest)
+        write_table(staged, EXCLUSIONS_FILE, exclusions, io.compression)
+        write_table(staged, DUPLICATES_FILE, result.duplicates, io.compression)
+        write_table(staged, SIGNATURES_FILE, result.accepted.to_table(settings), io.compression)
+    return DedupStageResult(rel=out_rel, files=staged.manifest, rows=writer.rows, schema=out_schema,
+                            exclusions=EXCLUSIONS_FILE, rows_in=rows_in, carried_over=carried, result=result)

@@ -29,6 +29,12 @@ class Record(NamedTuple):
     meta: str | None  # JSON object text, or None
     mtime_s: int | None  # seconds since the epoch (UTC) of the content's last change at the source
     modality: str = "text"
+    media: tuple[dict, ...] | None = None
+    """Media items (schema.MEDIA_ITEM_TYPE: kind, mime, uri, sha256, bytes) of an image, page or clip."""
+
+    def payload_bytes(self) -> int:
+        """What the record weighs in a batch: its text plus its media bytes."""
+        return len(self.text) + sum(len(m["bytes"] or b"") for m in self.media or ())
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Batched writing of documents: memory is bounded by one batch, not by the source.
 
-Rows accumulate until `batch_rows` rows or `batch_bytes` of text, then become one Arrow record batch
+Rows accumulate until `io.batch_rows` rows or `io.batch_bytes` of payload (text + media bytes), then
+become one Arrow record batch
 (= one Parquet row group) with ids computed from the Arrow text buffer; `PartWriter` compresses it
 in a background thread, so peak memory is about two batches (2 x 64 MiB of text by default) plus
 the reader's buffers.
@@ -13,24 +14,24 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.config import IngestConfig
+from platform_assets.contracts import Counts, IOSettings
 from platform_assets.ingest.records import Record, RecordBlock
 from platform_assets.parquet_parts import PartWriter
-from platform_assets.schema import DOCUMENTS_SCHEMA, document_ids
+from platform_assets.schema import DOCUMENTS_SCHEMA, MEDIA_TYPE, document_ids
 from platform_assets.storage import StagedDir
 
 INGESTED_AT_TYPE = DOCUMENTS_SCHEMA.field("ingested_at").type
 
 
 @dataclass
-class WriteStats:
+class WriteStats(Counts):
     rows: int = 0
     text_bytes: int = 0
     parts: list[str] = field(default_factory=list)
 
 
 class DocumentWriter:
-    def __init__(self, staged: StagedDir, source: str, license: str | None, cfg: IngestConfig,
+    def __init__(self, staged: StagedDir, source: str, license: str | None, io: IOSettings,
                  part_prefix: str = "part", id_root: str = ""):
         self._source = source
         # Ids hash the location relative to the source's root (`docs/a.jsonl#line=3`, not
@@ -38,16 +39,16 @@ class DocumentWriter:
         # splits and the same dataset version, wherever it is checked out. `uri` keeps the full path.
         self._id_root = id_root
         self._license = license
-        self._cfg = cfg
+        self._io = io
         self._buf: list[Record] = []
         self._buf_bytes = 0
-        self._parts = PartWriter(staged, DOCUMENTS_SCHEMA, cfg.compression, cfg.part_max_bytes, part_prefix)
+        self._parts = PartWriter.with_io(staged, DOCUMENTS_SCHEMA, io, part_prefix)
         self.stats = WriteStats()
 
     def add(self, rec: Record | RecordBlock) -> None:
         if isinstance(rec, RecordBlock):
             self._flush()  # keep input order: buffered single records go first
-            step = self._cfg.batch_rows
+            step = self._io.batch_rows
             for lo in range(0, len(rec), step):
                 texts = rec.texts.slice(lo, step)
                 n = len(texts)
@@ -58,8 +59,8 @@ class DocumentWriter:
                 )
             return
         self._buf.append(rec)
-        self._buf_bytes += len(rec.text)
-        if len(self._buf) >= self._cfg.batch_rows or self._buf_bytes >= self._cfg.batch_bytes:
+        self._buf_bytes += rec.payload_bytes() if rec.media else len(rec.text)
+        if len(self._buf) >= self._io.batch_rows or self._buf_bytes >= self._io.batch_bytes:
             self._flush()
 
     def _id_location(self, uri: str) -> str:
@@ -67,11 +68,14 @@ class DocumentWriter:
             return uri
         return uri[len(self._id_root):].lstrip("/")
 
-    def _batch(self, texts: pa.Array, uris, metas, mtimes, modalities) -> pa.RecordBatch:
+    def _batch(self, texts: pa.Array, uris, metas, mtimes, modalities, media=None) -> pa.RecordBatch:
         n = len(texts)
+        has_media = media is not None and any(media)
+        digests = [[m["sha256"] for m in items] if items else None for items in media] if has_media else None
+        locations = [self._id_location(u) for u in uris]
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(document_ids(self._source, [self._id_location(u) for u in uris], texts), pa.string()),
+                pa.array(document_ids(self._source, locations, texts, digests), pa.string()),
                 pa.array([self._source] * n, pa.string()),
                 texts,
                 pa.array(modalities, pa.string()),
@@ -79,6 +83,7 @@ class DocumentWriter:
                 pa.array([self._license] * n, pa.string()),
                 metas if isinstance(metas, pa.Array) else pa.array(metas, pa.string()),
                 pa.array(mtimes, pa.timestamp("s", tz="UTC")).cast(INGESTED_AT_TYPE),
+                pa.array([list(m) if m else None for m in media], MEDIA_TYPE) if has_media else pa.nulls(n, MEDIA_TYPE),
             ],
             schema=DOCUMENTS_SCHEMA,
         )
@@ -86,15 +91,15 @@ class DocumentWriter:
     def _flush(self) -> None:
         if not self._buf:
             return
-        texts, uris, metas, mtimes, modalities = zip(*self._buf, strict=True)
-        batch = self._batch(pa.array(texts, pa.large_string()), uris, metas, mtimes, modalities)
+        texts, uris, metas, mtimes, modalities, media = zip(*self._buf, strict=True)
+        batch = self._batch(pa.array(texts, pa.large_string()), uris, metas, mtimes, modalities, media)
         text_bytes = self._buf_bytes
         self._buf, self._buf_bytes = [], 0
         self._write(batch, text_bytes)
 
     def _write(self, batch: pa.RecordBatch, text_bytes: int) -> None:
         self.stats.rows += batch.num_rows
-        self.stats.text_bytes += text_bytes
+        self.stats.text_bytes += text_bytes  # payload: text, plus media bytes for media records
         self._parts.write(batch)
 
     def close(self) -> WriteStats:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from platform_assets.contracts import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SplitRatios(_Strict):
+class SplitRatios(StrictModel):
     train: Annotated[float, Field(ge=0.0, le=1.0)] = 0.98
     validation: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
     test: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
@@ -27,7 +25,7 @@ class SplitRatios(_Strict):
         return (self.train, self.validation, self.test)
 
 
-class LeakCheckSettings(_Strict):
+class LeakCheckSettings(StrictModel):
     exact: bool = True
     """Fail on any normalised-text duplicate in two different splits."""
     near: bool = True
@@ -36,7 +34,7 @@ class LeakCheckSettings(_Strict):
     max_pairs_reported: Annotated[int, Field(gt=0)] = 10_000
 
 
-class SplitSettings(_Strict):
+class SplitSettings(StrictModel):
     seed: Annotated[int, Field(ge=0)] = 0
     """Salt of the id hash: changing it reshuffles every document, so it is part of a dataset's identity."""
     ratios: SplitRatios = SplitRatios()

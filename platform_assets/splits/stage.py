@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from platform_assets.contracts import DEFAULT_IO, IOSettings, StageResult
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.parquet_parts import PartWriter, output_schema, read_batches
 from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
@@ -19,13 +20,9 @@ from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import Storage
 
 
-@dataclass(frozen=True)
-class SplitStageResult:
-    rows: int
-    counts: dict[str, int]
-    schema: pa.Schema
-    parts: list[str]
-    files: dict[str, dict[str, object]]
+@dataclass(frozen=True, kw_only=True)
+class SplitStageResult(StageResult):
+    counts: dict[str, int]  # documents per split
 
 
 def _read_columns(storage: Storage, rel: str, columns: list[str], batch_rows: int) -> pa.Table | None:
@@ -38,9 +35,7 @@ def split_outputs(
     in_rel: str,
     out_rel: str,
     settings: SplitSettings,
-    batch_rows: int = 8192,
-    compression: str = "zstd",
-    part_max_bytes: int = 512 * 2**20,
+    io: IOSettings = DEFAULT_IO,
 ) -> SplitStageResult:
     schema = output_schema(storage, in_rel)
     if schema is None:
@@ -48,8 +43,8 @@ def split_outputs(
     if settings.stratify_by and settings.stratify_by not in schema.names:
         raise ValueError(f"splits.stratify_by: no column {settings.stratify_by!r} in {in_rel} ({schema.names})")
     key_columns = ["id", *([settings.stratify_by] if settings.stratify_by else [])]
-    keys = _read_columns(storage, in_rel, key_columns, batch_rows)
-    prior = _read_columns(storage, out_rel, ["id", "split"], batch_rows) if settings.stratify_by else None
+    keys = _read_columns(storage, in_rel, key_columns, io.batch_rows)
+    prior = _read_columns(storage, out_rel, ["id", "split"], io.batch_rows) if settings.stratify_by else None
     # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
     # stream is row i of the assignment (no per-batch id lookup)
     assignment = assign_splits(keys, settings, prior)
@@ -58,23 +53,24 @@ def split_outputs(
         else schema
     with storage.staged_dir(out_rel) as staged:
         offset = 0
-        with PartWriter(staged, out_schema, compression, part_max_bytes) as writer:
-            for batch in read_batches(storage, in_rel, None, batch_rows):
+        with PartWriter.with_io(staged, out_schema, io) as writer:
+            for batch in read_batches(storage, in_rel, None, io.batch_rows):
                 split = assignment.slice(offset, batch.num_rows)
                 offset += batch.num_rows
                 table = pa.Table.from_batches([batch])
                 if "split" in table.schema.names:
                     table = table.drop_columns(["split"])
                 writer.write(table.append_column("split", split))
-    return SplitStageResult(writer.rows, split_counts(assignment), out_schema, writer.parts, staged.manifest)
+    return SplitStageResult(rel=out_rel, files=staged.manifest, rows=writer.rows, schema=out_schema,
+                            counts=split_counts(assignment))
 
 
 def check_split_leakage(
-    storage: Storage, rel: str, dedup: DedupSettings, settings: SplitSettings, batch_rows: int = 8192
+    storage: Storage, rel: str, dedup: DedupSettings, settings: SplitSettings, io: IOSettings = DEFAULT_IO
 ) -> LeakageReport:
     """Exact and near duplicates across splits in a written split output (the blocking check)."""
     checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage)
-    for batch in read_batches(storage, rel, ["id", "text", "split"], batch_rows):
+    for batch in read_batches(storage, rel, ["id", "text", "split"], io.batch_rows):
         checker.add_batch(batch)
     return checker.finish()
 

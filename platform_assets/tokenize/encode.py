@@ -37,10 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
-from platform_assets.tokenize.exclusion_rules import TokenizeRule
+from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
@@ -306,7 +305,7 @@ class DocumentEncoder:
         offsets = exclusive_cumsum(lengths)
         if offsets[-1] > _INT32_MAX:
             raise ValueError(f"tokenize: {int(offsets[-1]):,} tokens in one batch overflow a list<int32> column; "
-                             "lower tokenize.batch_rows")
+                             "lower io.batch_rows")
         is_chat = kind[rows] == 1
         mask = None
         loss = lengths.copy()

@@ -11,19 +11,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from platform_assets.contracts import StrictModel
 
 GENERATION_TAG_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _TRAINING_FIELDS = ("algorithm", "vocab_size", "min_frequency", "max_train_bytes", "max_train_documents")
 BYTE_ALPHABET_SIZE = 256  # every algorithm trains on the byte-level alphabet (see tokenizer_build.py)
 
 
-class _Strict(BaseModel):
-    # Same contract as config.py's models: unknown keys are errors, values are immutable.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SpecialTokens(_Strict):
+class SpecialTokens(StrictModel):
     """Special token strings. A trained tokenizer gets exactly these (ids 0..k-1, in the order eos,
     pad, bos, unk, chat_start, chat_end). A pretrained one keeps the tokens it declares itself; for a
     role it does not declare, the string here is used if the vocabulary has it (GPT-2's bare
@@ -55,7 +52,7 @@ class SpecialTokens(_Strict):
         return self
 
 
-class TokenizerSettings(_Strict):
+class TokenizerSettings(StrictModel):
     source: Literal["train", "pretrained"] = "train"
     """`train`: train on the text of the train split; `pretrained`: load `path` offline."""
     path: str | None = None
@@ -132,15 +129,13 @@ class TokenizerSettings(_Strict):
         return [t for t in ordered if t is not None]
 
 
-class TokenizeSettings(_Strict):
+class TokenizeSettings(StrictModel):
     max_length: Annotated[int, Field(gt=0)] | None = None
     """Longest row in tokens (BOS and EOS included). None: no limit."""
     overlong: Literal["keep", "truncate", "chunk"] = "keep"
     """A document longer than max_length is kept whole (and counted), truncated to its first
     max_length tokens (a truncated document has no EOS: it did not end there), or cut into
     consecutive max_length pieces, one row each with `chunk` = 0, 1, 2, ..."""
-    batch_rows: Annotated[int, Field(gt=0)] = 8192
-    """Documents read per record batch; one output row group per (split, source) and batch or so."""
     encode_slice_bytes: Annotated[int, Field(gt=0)] = 4 * 2**20
     """UTF-8 bytes of text per call to the Rust tokenizer (two calls run at once). Its Encoding
     objects cost ~71 bytes per token while they live (GPT-2, measured), i.e. ~120 MB for 4 MiB of

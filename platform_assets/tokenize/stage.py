@@ -22,11 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
+from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
 from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import StagedDir, Storage
 from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
+from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 from platform_assets.tokenize.tokenizer_build import (
@@ -38,7 +39,6 @@ from platform_assets.tokenize.tokenizer_build import (
     train_tokenizer,
 )
 
-EXCLUSIONS_FILE = "_exclusions.parquet"
 TRAIN_SPLIT = "train"
 # Salt of the id hash that picks training and sample documents. Not the split seed: with the same
 # hash, the smallest hashes would all be train documents (u < 0.98 is train).
@@ -52,8 +52,8 @@ whatever the number of sources (3 splits x 20 sources would otherwise hold 60 ro
 
 
 # -- the tokenizer ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TokenizerBuildResult:
+@dataclass(frozen=True, kw_only=True)
+class TokenizerBuildResult(StageResult):
     source: str
     vocab_size: int
     special_tokens: dict[str, dict[str, Any]]
@@ -63,7 +63,6 @@ class TokenizerBuildResult:
     train_bytes: int
     sanity: TokenizerSanity
     """Round trip, bytes per token, special-token problems (the asset checks)."""
-    files: dict[str, dict[str, object]]
 
 
 class _SmallestHashes:
@@ -117,7 +116,7 @@ def build_tokenizer(
     splits_rel: str,
     out_rel: str,
     settings: TokenizerSettings,
-    batch_rows: int = 8192,
+    io: IOSettings = DEFAULT_IO,
 ) -> TokenizerBuildResult:
     """Train (or load) the tokenizer, check it on a sample of the split output, and commit its
     directory at `out_rel`. Raises ValueError on bad input (no documents, no train split, a path
@@ -127,7 +126,7 @@ def build_tokenizer(
     sample = _SmallestHashes(settings.roundtrip_sample, settings.roundtrip_max_chars)
     train_u: list[np.ndarray] = []
     train_sizes: list[np.ndarray] = []
-    for u, ids, split, text in _documents(storage, splits_rel, batch_rows):
+    for u, ids, split, text in _documents(storage, splits_rel, io.batch_rows):
         sample.add(u, ids, text)
         if settings.source == "train":
             is_train = pc.equal(split, TRAIN_SPLIT).fill_null(False).to_numpy(zero_copy_only=False)
@@ -146,7 +145,7 @@ def build_tokenizer(
         train_docs, train_bytes = int(chosen.sum()), int(sizes[chosen].sum())
 
         def texts() -> Iterator[list[str]]:
-            for u, _, split, text in _documents(storage, splits_rel, batch_rows):
+            for u, _, split, text in _documents(storage, splits_rel, io.batch_rows):
                 pick = pc.and_(pc.equal(split, TRAIN_SPLIT).fill_null(False), pa.array(u <= threshold))
                 chunk = text.filter(pick).to_pylist()
                 if chunk:
@@ -165,16 +164,16 @@ def build_tokenizer(
         for name, data in sorted(files.items()):
             staged.write_bytes(name, data)
     return TokenizerBuildResult(
+        rel=out_rel, files=staged.manifest, rows=0,
         source=settings.source, vocab_size=artifact.vocab_size, special_tokens=artifact.to_json()["special_tokens"],
         tokenizer_sha256=artifact.tokenizer_sha256, train_documents=train_docs, train_bytes=train_bytes,
-        sanity=sanity, files=staged.manifest,
+        sanity=sanity,
     )
 
 
 # -- the tokenized documents ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TokenizeStageResult:
-    rows: int
+@dataclass(frozen=True, kw_only=True)
+class TokenizeStageResult(StageResult):
     documents: int
     tokens: int
     loss_tokens: int
@@ -183,21 +182,16 @@ class TokenizeStageResult:
     tokens, loss_tokens."""
     stats: EncodeStats
     """Overlong, truncated and chunked documents, dropped chunks, exclusions per rule."""
-    exclusions: int
+    excluded: int
     tokenizer_sha256: str
-    schema: pa.Schema
-    parts: list[str]
-    files: dict[str, dict[str, object]]
 
 
 class _SetWriters:
     """One PartWriter per (split, source), fed through small per-set buffers so that each write is
     a row group of a useful size rather than one batch's share of a set."""
 
-    def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str, part_max_bytes: int,
-                 flush_rows: int):
-        self.staged, self.schema = staged, schema
-        self.compression, self.part_max_bytes, self.flush_rows = compression, part_max_bytes, flush_rows
+    def __init__(self, staged: StagedDir, schema: pa.Schema, io: IOSettings, flush_rows: int):
+        self.staged, self.schema, self.io, self.flush_rows = staged, schema, io, flush_rows
         self.writers: dict[tuple[str, str], PartWriter] = {}
         self.pending: dict[tuple[str, str], list[pa.RecordBatch]] = defaultdict(list)
         self.pending_bytes: dict[tuple[str, str], int] = defaultdict(int)
@@ -218,8 +212,7 @@ class _SetWriters:
             return
         if key not in self.writers:
             split, source = key
-            self.writers[key] = PartWriter(self.staged, self.schema, self.compression, self.part_max_bytes,
-                                           prefix=f"{split}/{source}/part")
+            self.writers[key] = PartWriter.with_io(self.staged, self.schema, self.io, prefix=f"{split}/{source}/part")
         self.writers[key].write(pa.Table.from_batches(batches, schema=self.schema))
 
     def close(self) -> list[str]:
@@ -254,13 +247,10 @@ def tokenize_outputs(
     tokenizer_rel: str,
     out_rel: str,
     settings: TokenizeSettings,
-    batch_rows: int | None = None,
-    compression: str = "zstd",
-    part_max_bytes: int = 512 * 2**20,
+    io: IOSettings = DEFAULT_IO,
 ) -> TokenizeStageResult:
     """Encode every document of the split output with the tokenizer at `tokenizer_rel` and commit
-    the token rows (per (split, source) parts) and `_exclusions.parquet` at `out_rel`.
-    `batch_rows` None: `settings.batch_rows`."""
+    the token rows (per (split, source) parts) and `_exclusions.parquet` at `out_rel`."""
     in_schema = output_schema(storage, splits_rel)
     if in_schema is None:
         raise ValueError(f"no documents under {splits_rel}: tokenize reads the dataset_splits output")
@@ -270,13 +260,13 @@ def tokenize_outputs(
     columns = ["id", "source", "split", "text", *(["meta"] if "meta" in in_schema.names else [])]
     artifact = TokenizerArtifact.load(storage, tokenizer_rel)
     encoder = DocumentEncoder(artifact, settings)
-    rows_per_batch = batch_rows or settings.batch_rows
+    rows_per_batch = io.batch_rows
     stats = EncodeStats()
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
     with storage.staged_dir(out_rel) as staged:
-        writers = _SetWriters(staged, encoder.schema, compression, part_max_bytes, rows_per_batch)
+        writers = _SetWriters(staged, encoder.schema, io, rows_per_batch)
         try:
             for batch in read_batches(storage, splits_rel, columns, rows_per_batch):
                 encoded = encoder.encode(batch)
@@ -291,16 +281,16 @@ def tokenize_outputs(
                     counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
                     counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
                     writers.add(key, part)
-            parts = writers.close()
+            writers.close()
         except BaseException:
             writers.abort()
             raise
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
-        write_table(staged, EXCLUSIONS_FILE, exclusions, compression)
+        write_table(staged, EXCLUSIONS_FILE, exclusions, io.compression)
     sets = [{"split": k[0], "source": k[1], "dir": f"{k[0]}/{k[1]}", **v} for k, v in sorted(per_set.items())]
     return TokenizeStageResult(
+        rel=out_rel, files=staged.manifest, schema=encoder.schema, exclusions=EXCLUSIONS_FILE,
         rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),
         tokens=sum(s["tokens"] for s in sets), loss_tokens=sum(s["loss_tokens"] for s in sets), sets=sets,
-        stats=stats, exclusions=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,
-        schema=encoder.schema, parts=parts, files=staged.manifest,
+        stats=stats, excluded=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,
     )

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from platform_assets.contracts import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TrainingLaunchSettings(_Strict):
+class TrainingLaunchSettings(StrictModel):
     run_config: str = "training_sample.yaml"
     """The training job's own config (training/config.py), relative to the pipeline config. The asset
     fills in what the platform knows: data.data_dir, dataset_version, checkpoint.dir."""

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from platform_assets.contracts import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DvcRemote(_Strict):
+class DvcRemote(StrictModel):
     name: str = "local"
     url: str = "../data/dvc-remote"
     """A directory (relative to the pipeline config) or s3://bucket/prefix. Written to the DVC repo's
@@ -18,7 +14,7 @@ class DvcRemote(_Strict):
     """For MinIO or a local S3 server; credentials come from the standard AWS environment."""
 
 
-class VersioningSettings(_Strict):
+class VersioningSettings(StrictModel):
     dvc_repo: str = ".."
     """The DVC (and git) repository the shard set lives in, relative to the pipeline config. The
     storage root must be a local directory inside it: DVC versions workspace files."""

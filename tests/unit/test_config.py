@@ -25,8 +25,16 @@ def test_unknown_key_is_named(tmp_path: Path):
 
 def test_wrong_type_is_named(tmp_path: Path):
     with pytest.raises(ConfigError) as err:
-        parse_config(_cfg(ingest={"batch_rows": "many"}), tmp_path)
-    assert "ingest.batch_rows" in str(err.value)
+        parse_config(_cfg(io={"batch_rows": "many"}), tmp_path)
+    assert "io.batch_rows" in str(err.value)
+
+
+def test_io_settings_moved_out_of_stage_sections_are_named(tmp_path: Path):
+    with pytest.raises(ConfigError) as err:
+        parse_config(_cfg(ingest={"batch_rows": 100, "compression": "zstd"}, dedup={"batch_rows": 5}), tmp_path)
+    assert "ingest.batch_rows: moved to io.batch_rows" in str(err.value)
+    assert "ingest.compression: moved to io.compression" in str(err.value)
+    assert "dedup.batch_rows: moved to io.batch_rows" in str(err.value)
 
 
 def test_option_of_another_format_is_rejected(tmp_path: Path):

@@ -102,7 +102,7 @@ def test_same_output_whatever_the_input_order_and_batching(planted):
     rng = np.random.default_rng(3)
     for batch_rows in (7, 1000):
         shuffled = table.take(pa.array(rng.permutation(table.num_rows)))
-        kept, res = deduplicate(shuffled, DedupSettings(batch_rows=batch_rows))
+        kept, res = deduplicate(shuffled, DedupSettings(), batch_rows=batch_rows)
         assert res.duplicates.equals(ref.duplicates)
         assert res.decisions.equals(ref.decisions)
         assert sorted(kept["id"].to_pylist()) == sorted(ref_kept["id"].to_pylist())
@@ -195,7 +195,9 @@ def test_reports_per_source_and_exclusions(planted):
     books = sum(1 for i in expect if sources[i] == "books")
     assert per_source["books"]["removed"] == books
     excl = result.exclusions()
-    assert excl.column_names == ["id", "rule", "value", "kept_id"] and excl.num_rows == len(expect)
+    assert excl.column_names == ["id", "rule", "value", "bytes", "kept_id", "similarity"]
+    assert excl.num_rows == len(expect)
+    assert excl["value"].to_pylist() == [f"{s:.4g}" for s in excl["similarity"].to_pylist()]
     assert result.cluster_size_histogram()["clusters"].to_pylist() == [len(expect)]
 
 

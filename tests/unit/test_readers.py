@@ -228,6 +228,66 @@ def test_folder_of_documents(tmp_path, write_config, storage):
     assert result.input_files == 4
 
 
+def test_folder_media_are_sniffed_from_bytes_and_kept_when_enabled(tmp_path, write_config, storage):
+    """Images, PDFs and audio are recognised by their bytes (a .png that is a GIF is a GIF) and become
+    documents schema v2 media rows where the source enables their kind; other kinds are quarantined
+    naming the type found."""
+    import hashlib
+    import io
+    import wave
+
+    from PIL import Image
+
+    from platform_assets.schema import document_id
+
+    d = tmp_path / "media"
+    d.mkdir()
+    gif = io.BytesIO()
+    Image.new("RGB", (4, 3), (200, 10, 10)).save(gif, format="GIF")
+    (d / "a_cat.png").write_bytes(gif.getvalue())  # mislabelled: a GIF
+    (d / "b_doc.pdf").write_bytes(b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n")
+    clip = io.BytesIO()
+    with wave.open(clip, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\x00\x01" * 1600)
+    (d / "c_clip.wav").write_bytes(clip.getvalue())
+    (d / "d_note.txt").write_text("a caption-free note")
+    cfg = write_config([{"name": "m", "format": "folder", "path": str(d), "media": ["image", "pdf"]}])
+    result = ingest_source(cfg, "m", storage, "raw_documents/m")
+    docs, quarantine = _read_output(tmp_path, "raw_documents/m")
+    assert result.rows == 3 and docs.schema.equals(DOCUMENTS_SCHEMA, check_metadata=True)
+    rows = {r["uri"].rsplit("/", 1)[1]: r for r in docs.to_pylist()}
+    assert {k: r["modality"] for k, r in rows.items()} == {"a_cat.png": "image", "b_doc.pdf": "pdf",
+                                                            "d_note.txt": "text"}
+    (image,) = rows["a_cat.png"]["media"]
+    assert (image["kind"], image["mime"], image["bytes"]) == ("image", "image/gif", gif.getvalue())
+    assert image["sha256"] == hashlib.sha256(gif.getvalue()).hexdigest()
+    assert rows["a_cat.png"]["text"] == "" and json.loads(rows["a_cat.png"]["meta"])["mime"] == "image/gif"
+    # a media document's id hashes its bytes: another image at the same place gets another id
+    assert rows["a_cat.png"]["id"] == document_id("m", "a_cat.png", "", [image["sha256"]])
+    assert rows["a_cat.png"]["id"] != document_id("m", "a_cat.png", "", ["0" * 64])
+    assert rows["d_note.txt"]["media"] is None  # text rows carry no media
+    assert rows["d_note.txt"]["id"] == document_id("m", "d_note.txt", "a caption-free note")  # as in v1
+    (reason,) = quarantine.to_pylist()
+    assert (reason["uri"], reason["reason"]) == (f"{d}/c_clip.wav", "binary_file")
+    assert reason["detail"].startswith("audio/x-wav (audio): not among this source's media kinds")
+
+
+def test_documents_v1_outputs_are_upgraded_on_read_and_newer_ones_refused(tmp_path):
+    from platform_assets.schema import DOCUMENTS_V1_TAG, SchemaVersionError, upgrade_documents
+
+    v1_fields = [f for f in DOCUMENTS_SCHEMA if f.name != "media"]
+    v1 = pa.RecordBatch.from_pylist(
+        [{"id": "a", "source": "s", "text": "t", "modality": "text", "uri": "u", "license": None, "meta": None,
+          "ingested_at": None}],
+        schema=pa.schema(v1_fields, metadata={b"platform.schema": DOCUMENTS_V1_TAG.encode()}))
+    up = upgrade_documents(v1.append_column("lang", pa.array(["en"])))
+    assert up.schema.names == [*DOCUMENTS_SCHEMA.names, "lang"]
+    assert up.schema.metadata == DOCUMENTS_SCHEMA.metadata and up.column("media").to_pylist() == [None]
+    future = v1.replace_schema_metadata({b"platform.schema": b"platform.documents/3"})
+    with pytest.raises(SchemaVersionError, match="cleaned_documents/web: written with schema 'platform.documents/3'"):
+        upgrade_documents(future, "cleaned_documents/web")
+
+
 def test_unreadable_file_keeps_records_read_before_the_failure(tmp_path, write_config, storage):
     d = tmp_path / "gz"
     d.mkdir()
@@ -294,7 +354,7 @@ def test_hub_id_offline_is_a_clear_error(write_config, tmp_path, storage):
 def test_same_input_gives_byte_identical_output(tmp_path, write_config, storage):
     (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "doc %d", "k": %d}\n' % (i, i) for i in range(2000)))
     cfg = write_config(
-        [{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}], ingest={"batch_rows": 300}
+        [{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}], io={"batch_rows": 300}
     )
     first = ingest_source(cfg, "a", storage, "raw_documents/a").files
     second = ingest_source(cfg, "a", storage, "raw_documents/a").files
@@ -305,12 +365,34 @@ def test_batches_bound_memory_and_parts_rotate(tmp_path, write_config, storage):
     (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "%s"}\n' % (b"w" * 1000) for _ in range(500)))
     cfg = write_config(
         [{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
-        ingest={"batch_rows": 50, "part_max_bytes": 100_000},
+        io={"batch_rows": 50, "part_max_bytes": 100_000},
     )
     result = ingest_source(cfg, "a", storage, "raw_documents/a")
     assert result.rows == 500 and len(result.parts) >= 4
     md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "a" / "part-00000-00000.parquet").metadata
     assert max(md.row_group(i).num_rows for i in range(md.num_row_groups)) <= 50
+
+
+def test_many_small_files_share_parts_by_position(tmp_path, write_config, storage):
+    """A folder of 754 one-document files is one part of 754 rows, not 754 one-row parts, and the
+    grouping depends on positions and sizes only."""
+    d = tmp_path / "pages"
+    d.mkdir()
+    for i in range(754):
+        (d / f"p{i:04d}.txt").write_text(f"page {i} of a folder of small documents\n")
+    cfg = write_config([{"name": "f", "format": "folder", "path": str(d)}])
+    result = ingest_source(cfg, "f", storage, "raw_documents/f")
+    assert result.rows == 754 and result.input_files == 754 and result.input_groups == 1
+    assert result.parts == ["part-00000-00000.parquet"]
+    md = pq.ParquetFile(tmp_path / "out" / "raw_documents" / "f" / result.parts[0]).metadata
+    assert md.num_rows == 754 and md.num_row_groups == 1
+    capped = write_config([{"name": "f", "format": "folder", "path": str(d)}],
+                          ingest={"group_max_files": 300}, io={"part_max_rows": 100})
+    again = ingest_source(capped, "f", storage, "raw_documents/f2")
+    assert again.input_groups == 3 and again.rows == 754
+    # parts close after the batch that reached 100 rows: 3 groups (300, 300, 154 rows) of <= 1 batch each
+    docs, _ = _read_output(tmp_path, "raw_documents/f2")
+    assert docs["text"].to_pylist() == [f"page {i} of a folder of small documents\n" for i in range(754)]
 
 
 def test_source_units_are_files_in_order(tmp_path, write_config):
@@ -330,13 +412,16 @@ def test_output_does_not_depend_on_parallel_files(tmp_path, write_config, storag
             b"".join(b'{"text": "file %d doc %d"}\n' % (i, j) for j in range(300)) + b"{broken\n"
         )
     outputs = []
+    group_bytes = 2 * (tmp_path / "in" / "f0.jsonl").stat().st_size  # files 0-1, 2-3, 4: three groups
     for workers in (1, 3):
         cfg = write_config(
             [{"name": "p", "format": "jsonl", "path": str(tmp_path / "in")}],
-            ingest={"parallel_files": workers, "batch_rows": 128},
+            ingest={"parallel_files": workers, "group_input_bytes": group_bytes}, io={"batch_rows": 128},
         )
         result = ingest_source(cfg, "p", storage, f"raw_documents/p{workers}")
         assert result.rows == 1500 and result.quarantine_counts == {"malformed_json": 5}
+        assert result.input_groups == 3 and {p[:10] for p in result.parts} == {"part-00000", "part-00001",
+                                                                               "part-00002"}
         outputs.append(result.files)
     assert outputs[0] == outputs[1]  # the same names, sizes and sha256 for every file
     docs, quarantine = _read_output(tmp_path, "raw_documents/p3")

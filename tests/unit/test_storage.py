@@ -101,7 +101,7 @@ ingest_source(cfg, "a", Storage(cfg.storage_root), "raw_documents/a")
 def test_sigkill_mid_ingest_keeps_previous_output_and_rerun_is_identical(tmp_path, write_config):
     (tmp_path / "a.jsonl").write_bytes(b"".join(b'{"text": "doc %d"}\n' % i for i in range(5000)))
     cfg = write_config([{"name": "a", "format": "jsonl", "path": str(tmp_path / "a.jsonl")}],
-                       ingest={"batch_rows": 100})
+                       io={"batch_rows": 100})
     from platform_assets.ingest.run import ingest_source
 
     st = Storage(cfg.storage_root)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from gpt2_tokenizer import GPT2_JSON
 
+from platform_assets.contracts import IOSettings
 from platform_assets.parquet_parts import PartWriter, read_batches
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
@@ -71,7 +72,7 @@ def _hashes(files: dict) -> dict[str, str]:
 # -- tokenizer ---------------------------------------------------------------------------------------------
 def test_build_trains_on_the_train_split_only_and_is_reproducible(storage: Storage, splits: list[dict]):
     settings = TokenizerSettings(vocab_size=400, roundtrip_sample=50)
-    result = build_tokenizer(storage, SPLITS, "tokenizer/_all", settings, batch_rows=32)
+    result = build_tokenizer(storage, SPLITS, "tokenizer/_all", settings, io=IOSettings(batch_rows=32))
     train = [d for d in splits if d["split"] == "train"]
     assert result.train_documents == len(train) == 214
     assert result.train_bytes == sum(len(d["text"].encode()) for d in train)
@@ -85,7 +86,7 @@ def test_build_trains_on_the_train_split_only_and_is_reproducible(storage: Stora
     assert not [t for t in vocab if "qz" in t]  # validation text never reached the trainer
     assert any(len(t) > 3 for t in vocab)  # (and the check could fail: merges were learnt)
 
-    again = build_tokenizer(storage, SPLITS, "tokenizer_again/_all", settings, batch_rows=97)
+    again = build_tokenizer(storage, SPLITS, "tokenizer_again/_all", settings, io=IOSettings(batch_rows=97))
     assert _hashes(again.files) == _hashes(result.files)
 
 
@@ -134,8 +135,8 @@ def tokenizer_rel(storage: Storage, splits: list[dict]) -> str:
 def test_tokenize_writes_one_part_sequence_per_set_and_is_reproducible(storage: Storage, splits: list[dict],
                                                                        tokenizer_rel: str):
     out = "tokenized_documents/_all"
-    result = tokenize_outputs(storage, SPLITS, tokenizer_rel, out, TokenizeSettings(), batch_rows=40,
-                              part_max_bytes=4000)
+    result = tokenize_outputs(storage, SPLITS, tokenizer_rel, out, TokenizeSettings(),
+                              io=IOSettings(batch_rows=40, part_max_bytes=4000))
     keys = [(s["split"], s["source"]) for s in result.sets]
     assert keys == sorted({(d["split"], d["source"]) for d in splits}) == [
         ("test", "chat"), ("test", "web"), ("train", "chat"), ("train", "web"), ("validation", "web")]
@@ -149,7 +150,7 @@ def test_tokenize_writes_one_part_sequence_per_set_and_is_reproducible(storage: 
         assert (t.num_rows, len(set(t.column("id").to_pylist())), sum(t.column("num_tokens").to_pylist()),
                 sum(t.column("loss_tokens").to_pylist())) == (s["rows"], s["documents"], s["tokens"],
                                                               s["loss_tokens"])
-    assert result.documents == len(splits) - 3 == result.rows and result.exclusions == 3
+    assert result.documents == len(splits) - 3 == result.rows and result.excluded == 3
     # rows in input order within a set, identical to encoding the input directly
     art = TokenizerArtifact.load(storage, tokenizer_rel)
     direct = DocumentEncoder(art).encode(pa.Table.from_pylist(splits, schema=SCHEMA)).batch.to_pylist()
@@ -163,13 +164,15 @@ def test_tokenize_writes_one_part_sequence_per_set_and_is_reproducible(storage: 
     assert schema.metadata[b"platform.tokenizer_sha256"] == art.tokenizer_sha256.encode()
 
     again = tokenize_outputs(storage, SPLITS, tokenizer_rel, "tokenized_again/_all", TokenizeSettings(),
-                             batch_rows=40, part_max_bytes=4000)
+                             io=IOSettings(batch_rows=40, part_max_bytes=4000))
     assert _hashes(again.files) == _hashes(result.files)
 
 
 def test_batch_size_changes_row_groups_not_rows(storage: Storage, splits: list[dict], tokenizer_rel: str):
-    small = tokenize_outputs(storage, SPLITS, tokenizer_rel, "a/_all", TokenizeSettings(), batch_rows=16)
-    large = tokenize_outputs(storage, SPLITS, tokenizer_rel, "b/_all", TokenizeSettings(batch_rows=1000))
+    small = tokenize_outputs(storage, SPLITS, tokenizer_rel, "a/_all", TokenizeSettings(),
+                             io=IOSettings(batch_rows=16))
+    large = tokenize_outputs(storage, SPLITS, tokenizer_rel, "b/_all", TokenizeSettings(),
+                             io=IOSettings(batch_rows=1000))
     assert pq.ParquetFile(storage.path("a/_all/train/web/part-00000.parquet")).num_row_groups > 1
     assert pq.ParquetFile(storage.path("b/_all/train/web/part-00000.parquet")).num_row_groups == 1
     rows = [pa.Table.from_batches(list(read_batches(storage, rel))).to_pylist() for rel in ("a/_all", "b/_all")]

@@ -31,7 +31,7 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     source = context.partition_key
     rel = asset_dir("cleaned_documents", source)
     stage = clean_output(storage, asset_dir("raw_documents", source), rel, cfg.cleaning_settings(),
-                         cfg.ingest.batch_rows, cfg.ingest.compression, cfg.ingest.part_max_bytes)
+                         cfg.io.batch_rows, cfg.io.compression, cfg.io.part_max_bytes)
     funnel = stage.funnel
     context.log.info(f"{source}: {funnel.docs_in} in, {funnel.docs_out} out, removed {funnel.removed_by_rule()}")
     metadata = output_metadata(storage, rel, stage.files, stage.schema, stage.rows_out)

@@ -3,11 +3,10 @@
 import dagster as dg
 
 from platform_assets.defs.dataset_splits.checks import SPLIT_CHECKS, evaluate_split_checks
-from platform_assets.defs.metadata import counts_table, output_metadata
+from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.layout import asset_dir
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
 from platform_assets.splits.stage import split_outputs
-from platform_assets.storage import manifest_version
 
 
 @dg.asset(
@@ -25,20 +24,11 @@ from platform_assets.storage import manifest_version
     ),
 )
 def dataset_splits(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
-    rel = asset_dir("dataset_splits")
-    try:
-        stage = split_outputs(storage, asset_dir("deduplicated_documents"), rel, cfg.splits, cfg.dedup.batch_rows,
-                              cfg.ingest.compression, cfg.ingest.part_max_bytes)
-    except ValueError as err:
-        raise dg.Failure(str(err)) from None
+    ctx = stage_context(pipeline, "dataset_splits")
+    cfg = ctx.cfg
+    stage = run_stage("dataset_splits", lambda: split_outputs(
+        ctx.storage, ctx.input_dir("deduplicated_documents"), ctx.rel, cfg.splits, cfg.io))
     context.log.info(f"splits: {stage.counts}")
-    metadata = output_metadata(storage, rel, stage.files, stage.schema, stage.rows)
-    metadata.update({"documents_per_split": counts_table(stage.counts, "split", "documents"),
-                     "seed": cfg.splits.seed, "stratify_by": cfg.splits.stratify_by or "none"})
-    return dg.MaterializeResult(
-        metadata=metadata,
-        data_version=dg.DataVersion(manifest_version(stage.files)),
-        check_results=evaluate_split_checks(storage, rel, stage, cfg),
-    )
+    metadata = {"documents_per_split": counts_table(stage.counts, "split", "documents"),
+                "seed": cfg.splits.seed, "stratify_by": cfg.splits.stratify_by or "none"}
+    return stage_result(ctx, stage, metadata, evaluate_split_checks(ctx.storage, ctx.rel, stage, cfg))

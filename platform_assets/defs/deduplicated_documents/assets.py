@@ -4,12 +4,12 @@ import dagster as dg
 import pyarrow.compute as pc
 
 from platform_assets.charts import bar_chart_markdown
-from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
+from platform_assets.contracts import DUPLICATES_FILE, MANIFEST_FILE, SIGNATURES_FILE
+from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
-from platform_assets.defs.metadata import arrow_table, counts_table, output_metadata
+from platform_assets.defs.metadata import arrow_table, counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.layout import asset_dir
-from platform_assets.storage import MANIFEST_NAME, manifest_version
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
 
 UPSTREAM = "cleaned_documents"
 
@@ -44,21 +44,19 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
     ),
 )
 def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
-    inputs = [asset_dir(UPSTREAM, s) for s in cfg.source_names()]
-    missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_NAME}")]  # committed, maybe empty
+    ctx = stage_context(pipeline, "deduplicated_documents")
+    cfg, storage, rel = ctx.cfg, ctx.storage, ctx.rel
+    inputs = [ctx.input_dir(UPSTREAM, s) for s in cfg.source_names()]
+    missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_FILE}")]  # committed, maybe empty
     if missing:
         raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
                          "(materialize those partitions first, or remove the sources)")
-    rel = asset_dir("deduplicated_documents")
-    stage = deduplicate_outputs(storage, inputs, rel, cfg.dedup, cfg.ingest.compression, cfg.ingest.part_max_bytes)
+    stage = run_stage("deduplicated_documents", lambda: deduplicate_outputs(storage, inputs, rel, cfg.dedup, cfg.io))
     result = stage.result
     counts = result.counts.as_dict()
     context.log.info(f"dedup: {stage.rows_in} in, {stage.rows_out} out; {counts}")
     histogram = result.cluster_size_histogram().to_pylist()
-    metadata = output_metadata(storage, rel, stage.files, stage.schema, stage.rows_out)
-    metadata.update({
+    metadata = {
         "documents_in": stage.rows_in,
         "carried_over": stage.carried_over,
         "removed_exact": counts["removed_exact"],
@@ -71,12 +69,7 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
             "clusters by size (kept + removed members)", [str(r["cluster_size"]) for r in histogram],
             [r["clusters"] for r in histogram])),
         "top_clusters": dg.MetadataValue.md(_top_clusters_markdown(result.duplicates)),
-        "exclusions_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{EXCLUSIONS_FILE}")),
         "duplicates_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{DUPLICATES_FILE}")),
         "signatures_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{SIGNATURES_FILE}")),
-    })
-    return dg.MaterializeResult(
-        metadata=metadata,
-        data_version=dg.DataVersion(manifest_version(stage.files)),
-        check_results=evaluate_dedup_checks(storage, rel, stage, cfg.dedup),
-    )
+    }
+    return stage_result(ctx, stage, metadata, evaluate_dedup_checks(storage, rel, stage, cfg.dedup))

@@ -46,7 +46,7 @@ def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     try:
         info = tokenizer_info(storage, asset_dir("tokenizer"))
         result = pack_outputs(storage, asset_dir("tokenized_documents"), rel, cfg.packing, info,
-                              cfg.tokenize.batch_rows, cfg.packing.max_tokens_in_memory,
+                              cfg.io.batch_rows, cfg.packing.max_tokens_in_memory,
                               extra_files=tokenizer_files(storage, asset_dir("tokenizer")))
     except (TokenizedInputError, ConservationError, ValueError) as err:
         raise dg.Failure(str(err)) from None

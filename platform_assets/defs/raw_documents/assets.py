@@ -3,16 +3,13 @@
 
 import dagster as dg
 
-from platform_assets.config import ConfigError
-from platform_assets.defs.metadata import counts_table, markdown_preview, output_metadata
+from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.raw_documents.checks import RAW_DOCUMENT_CHECKS, evaluate_raw_document_checks
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.ingest.readers.huggingface import DatasetLoadError
-from platform_assets.ingest.run import QUARANTINE_FILE, ingest_source
-from platform_assets.layout import asset_dir
-from platform_assets.schema import DOCUMENTS_SCHEMA, QuarantineReason
-from platform_assets.storage import manifest_version
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.ingest.run import ingest_source
+from platform_assets.schema import QuarantineReason
 
 
 @dg.asset(
@@ -28,37 +25,25 @@ from platform_assets.storage import manifest_version
     ),
 )
 def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
     source = context.partition_key
-    if source not in cfg.source_names():
+    ctx = stage_context(pipeline, "raw_documents", source)
+    if source not in ctx.cfg.source_names():
         raise dg.Failure(f"partition {source!r} is not a source of {pipeline.config_path} "
-                         f"(configured: {', '.join(cfg.source_names())}); remove the partition or add the source")
-    storage = pipeline.storage(cfg)
-    rel = asset_dir("raw_documents", source)
-    try:
-        result = ingest_source(cfg, source, storage, rel, pipeline.s3_settings(cfg))
-    except (ConfigError, DatasetLoadError) as err:
-        raise dg.Failure(description=str(err)) from None
+                         f"(configured: {', '.join(ctx.cfg.source_names())}); remove the partition or add the source")
+    result = run_stage("raw_documents", lambda: ingest_source(ctx.cfg, source, ctx.storage, ctx.rel,
+                                                              pipeline.s3_settings(ctx.cfg)))
     context.log.info(f"{source}: {result.rows} documents, {result.quarantined} quarantined "
-                     f"from {result.input_files} input files")
-    metadata = output_metadata(storage, rel, result.files, DOCUMENTS_SCHEMA, result.rows)
-    metadata.update(
-        {
-            "source": source,
-            "input_files": result.input_files,
-            "text_bytes": result.text_bytes,
-            "quarantined": result.quarantined,
-            "quarantine_by_reason": counts_table(
-                {r: result.quarantine_counts.get(r, 0) for r in QuarantineReason.all()
-                 if result.quarantine_counts.get(r)}, "reason"),
-            "quarantine_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{QUARANTINE_FILE}")),
-        }
-    )
-    if result.parts:
-        metadata["preview"] = dg.MetadataValue.md(
-            markdown_preview(storage, f"{rel}/{result.parts[0]}", ["id", "uri", "modality", "text"]))
-    return dg.MaterializeResult(
-        metadata=metadata,
-        data_version=dg.DataVersion(manifest_version(result.files)),
-        check_results=evaluate_raw_document_checks(storage, rel, result, cfg),
-    )
+                     f"from {result.input_files} input files in {result.input_groups} groups")
+    metadata = {
+        "source": source,
+        "input_files": result.input_files,
+        "input_groups": result.input_groups,
+        "text_bytes": result.text_bytes,
+        "quarantined": result.quarantined,
+        "quarantine_by_reason": counts_table(
+            {r: result.quarantine_counts.get(r, 0) for r in QuarantineReason.all()
+             if result.quarantine_counts.get(r)}, "reason"),
+        "quarantine_uri": dg.MetadataValue.path(ctx.storage.uri(result.exclusions_path())),
+    }
+    return stage_result(ctx, result, metadata, evaluate_raw_document_checks(ctx.storage, ctx.rel, result, ctx.cfg),
+                        preview=["id", "uri", "modality", "text"])

@@ -3,10 +3,10 @@
 import dagster as dg
 import pyarrow as pa
 
-from platform_assets.defs.metadata import arrow_table, output_metadata
+from platform_assets.defs.metadata import arrow_table
 from platform_assets.defs.resources import PipelineResource
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
 from platform_assets.layout import asset_dir
-from platform_assets.storage import manifest_version
 from platform_assets.tokenize.stage import tokenize_outputs
 
 TOKENIZED_CHECKS = [
@@ -29,20 +29,15 @@ TOKENIZED_CHECKS = [
                 "template with a loss mask on assistant turns only; per (split, source) Parquet parts.",
 )
 def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
-    rel = asset_dir("tokenized_documents")
-    try:
-        result = tokenize_outputs(storage, asset_dir("dataset_splits"), asset_dir("tokenizer"), rel, cfg.tokenize,
-                                  cfg.tokenize.batch_rows, cfg.ingest.compression, cfg.ingest.part_max_bytes)
-    except ValueError as err:
-        raise dg.Failure(str(err)) from None
+    ctx = stage_context(pipeline, "tokenized_documents")
+    storage, rel = ctx.storage, ctx.rel
+    result = run_stage("tokenized_documents", lambda: tokenize_outputs(
+        storage, ctx.input_dir("dataset_splits"), ctx.input_dir("tokenizer"), rel, ctx.cfg.tokenize, ctx.cfg.io))
     sets = pa.Table.from_pylist([{k: s[k] for k in ("split", "source", "rows", "documents", "tokens", "loss_tokens")}
                                  for s in result.sets])
     stats = result.stats
     context.log.info(f"tokenized {result.documents} documents into {result.tokens} tokens")
-    metadata = output_metadata(storage, rel, result.files, result.schema, result.rows)
-    metadata.update({
+    metadata = {
         "documents": result.documents,
         "tokens": result.tokens,
         "loss_tokens": result.loss_tokens,
@@ -51,16 +46,15 @@ def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineRes
         "overlong_documents": stats.overlong_documents,
         "truncated_tokens": stats.truncated_tokens,
         "chunked_documents": stats.chunked_documents,
-        "excluded": result.exclusions,
+        "excluded": result.excluded,
         "tokenizer_sha256": result.tokenizer_sha256,
-    })
+    }
     splits_in = _splits_in(storage)
     empty = sorted(s for s in splits_in if not any(x["split"] == s and x["tokens"] > 0 for x in result.sets))
     no_loss = _rows_without_loss_tokens(storage, rel)
-    return dg.MaterializeResult(
-        metadata=metadata,
-        data_version=dg.DataVersion(manifest_version(result.files)),
-        check_results=[
+    return stage_result(
+        ctx, result, metadata,
+        checks=[
             dg.AssetCheckResult(check_name="every_split_has_tokens", passed=not empty,
                                 metadata={"splits": ", ".join(sorted(splits_in)), "empty": ", ".join(empty) or "none"}),
             dg.AssetCheckResult(check_name="chat_documents_have_loss_tokens", passed=not no_loss,

@@ -4,8 +4,7 @@ import dagster as dg
 
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.layout import asset_dir
-from platform_assets.storage import manifest_version
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
 from platform_assets.tokenize.stage import build_tokenizer
 
 TOKENIZER_CHECKS = [
@@ -32,21 +31,16 @@ BYTES_PER_TOKEN_RANGE = (1.5, 8.0)
                 "chat template whose {% generation %} blocks define the assistant-only loss mask.",
 )
 def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
-    rel = asset_dir("tokenizer")
-    try:
-        result = build_tokenizer(storage, asset_dir("dataset_splits"), rel, cfg.tokenizer_settings(),
-                                 cfg.dedup.batch_rows)
-    except (ValueError, OSError) as err:
-        raise dg.Failure(str(err)) from None
+    ctx = stage_context(pipeline, "tokenizer")
+    result = run_stage("tokenizer", lambda: build_tokenizer(
+        ctx.storage, ctx.input_dir("dataset_splits"), ctx.rel, ctx.cfg.tokenizer_settings(), ctx.cfg.io))
     sanity = result.sanity
     context.log.info(f"tokenizer: {result.source}, vocab {result.vocab_size}, "
                      f"{sanity.bytes_per_token:.2f} bytes/token")
     low, high = BYTES_PER_TOKEN_RANGE
-    return dg.MaterializeResult(
+    return stage_result(
+        ctx, result,
         metadata={
-            "uri": dg.MetadataValue.path(storage.uri(rel)),
             "source": result.source,
             "vocab_size": result.vocab_size,
             "bytes_per_token": round(sanity.bytes_per_token, 4),
@@ -56,8 +50,7 @@ def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> 
             "special_tokens": counts_table({f"{role} {v['token']}": v["id"] for role, v in
                                             sorted(result.special_tokens.items())}, "token", "id"),
         },
-        data_version=dg.DataVersion(manifest_version(result.files)),
-        check_results=[
+        checks=[
             dg.AssetCheckResult(check_name="roundtrip_exact", passed=sanity.roundtrip_failures == 0,
                                 metadata={"checked": sanity.roundtrip_checked, "failures": sanity.roundtrip_failures,
                                           "failed_ids": ", ".join(sanity.roundtrip_failed_ids) or "none"}),

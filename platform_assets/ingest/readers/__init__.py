@@ -9,15 +9,6 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from platform_assets.config import (
-    CsvSource,
-    FolderSource,
-    HuggingFaceSource,
-    JsonlSource,
-    ParquetSource,
-    PipelineConfig,
-    TextSource,
-)
 from platform_assets.ingest.file_io import compression_of, looks_binary, open_stream
 from platform_assets.ingest.readers.delimited import read_csv
 from platform_assets.ingest.readers.huggingface import read_huggingface
@@ -25,6 +16,15 @@ from platform_assets.ingest.readers.jsonl import read_jsonl
 from platform_assets.ingest.readers.parquet import read_parquet
 from platform_assets.ingest.readers.plain_text import read_lines, read_whole_file
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
+from platform_assets.ingest.settings import (
+    CsvSource,
+    FolderSource,
+    HuggingFaceSource,
+    JsonlSource,
+    ParquetSource,
+    SourcePlan,
+    TextSource,
+)
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry, S3Settings, list_files, resolve_filesystem
 
@@ -47,7 +47,7 @@ def _split_glob(path: str) -> tuple[str, str | None]:
     return path, None
 
 
-def source_root(cfg: PipelineConfig, name: str) -> str:
+def source_root(cfg: SourcePlan, name: str) -> str:
     """The prefix that document ids leave out of a uri: the source's directory (the part of its path
     before any glob) or its file; a Hugging Face dataset's location."""
     location = cfg.source_location(name)
@@ -58,7 +58,7 @@ def source_root(cfg: PipelineConfig, name: str) -> str:
 
 
 def source_files(
-    cfg: PipelineConfig, name: str, s3: S3Settings | None = None
+    cfg: SourcePlan, name: str, s3: S3Settings | None = None
 ) -> tuple[ReadContext, str, list[FileEntry]]:
     """The read context, root and sorted file list of a file-based source (S3 settings default to
     the config's)."""
@@ -86,7 +86,7 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator
         return
     with open_stream(ctx.fs, file.path) as stream:
         if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
-            yield from read_whole_file(ctx, file, stream, root)
+            yield from read_whole_file(ctx, file, stream, root, frozenset(getattr(src, "media", ())))
             return
         head = stream.read(8192)
     if looks_binary(head):
@@ -139,17 +139,19 @@ def _guarded(
 class InputUnit:
     """One independently readable piece of a source (a file, or a whole Hugging Face dataset).
 
-    Units are read in parallel and each writes its own parts, named by `index`, so the output is the
-    same whatever the number of workers: the records of unit 0, then unit 1, ...
+    Consecutive units are grouped by size (`ingest.run.input_groups`); groups are read in parallel and
+    each writes its own parts, named by the group's position, so the output is the same whatever the
+    number of workers: the records of unit 0, then unit 1, ...
     """
 
     index: int
     label: str
     # read(sink, parse_threads): records, rejects into `sink`; see ReadContext.parse_threads
     read: Callable[[QuarantineSink, bool], Iterator[Record | RecordBlock]]
+    size: int = 0  # bytes of the input file as listed (0 where unknown: a Hugging Face dataset)
 
 
-def source_units(cfg: PipelineConfig, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
+def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
     src = cfg.source(name)
     if isinstance(src, HuggingFaceSource):
         location = cfg.source_location(name)
@@ -162,6 +164,6 @@ def source_units(cfg: PipelineConfig, name: str, s3: S3Settings | None = None) -
             file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
             return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file))
 
-        return InputUnit(index, ctx.uri(file.path), read)
+        return InputUnit(index, ctx.uri(file.path), read, file.size)
 
     return [unit(i, f) for i, f in enumerate(files)]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from platform_assets.config import HuggingFaceSource
 from platform_assets.ingest.chat import chat_record
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.records import QuarantineSink, Record
+from platform_assets.ingest.settings import HuggingFaceSource
 
 HF_BATCH_ROWS = 1024
 

@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 import orjson
 
 from platform_assets.ingest.file_io import SNIFF_BYTES, iter_lines, looks_binary
+from platform_assets.ingest.media_types import media_item, media_kind, modality_of, sniff_mime
 from platform_assets.ingest.records import ReadContext, Record
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry
@@ -23,8 +24,14 @@ def _modality(path: str, head: bytes) -> str:
     return "html" if sniff.startswith((b"<!doctype html", b"<html")) else "text"
 
 
-def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str) -> Iterator[Record]:
-    """The file is one document; meta records its path relative to the source's root."""
+def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str,
+                    media_kinds: frozenset[str] = frozenset()) -> Iterator[Record]:
+    """The file is one document; meta records its path relative to the source's root.
+
+    Its type comes from its bytes: an image, PDF or audio file whose kind is in `media_kinds` becomes
+    a media document (empty text, the bytes in `media`); any other binary file is quarantined as
+    `binary_file` with the type that was recognised, so the user sees what to enable.
+    """
     uri = ctx.uri(file.path)
     # +1 so that "exactly at the limit" and "over the limit" can be told apart without reading more
     data = stream.read(ctx.max_document_bytes + 1)
@@ -34,8 +41,18 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str)
     if not data.strip():
         ctx.quarantine.add(uri, Q.EMPTY_FILE, f"{len(data)} bytes, no text")
         return
-    if looks_binary(data):
-        ctx.quarantine.add(uri, Q.BINARY_FILE, "NUL bytes in the first 8 KiB", data[:64])
+    rel = _relative(file.path, source_root)
+    mime = sniff_mime(data)
+    kind = media_kind(mime)
+    if kind is not None and kind in media_kinds:
+        meta = orjson.dumps({"path": rel, "bytes": len(data), "mime": mime}).decode()
+        yield Record("", uri, meta, ctx.mtime(file.mtime_s), modality_of(kind).value,
+                     (media_item(kind, mime, uri, data),))
+        return
+    if looks_binary(data) or kind is not None:
+        what = f"{mime} ({kind}): not among this source's media kinds" if kind else \
+            f"{mime or 'unrecognised type'}: NUL bytes in the first 8 KiB"
+        ctx.quarantine.add(uri, Q.BINARY_FILE, what, data[:64])
         return
     try:
         text = data.decode(ctx.encoding)
@@ -47,11 +64,12 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str)
             data[max(0, err.start - 40) : err.start + 40],
         )
         return
-    rel = (
-        file.path[len(source_root) + 1 :] if file.path.startswith(source_root + "/") else PurePosixPath(file.path).name
-    )
     meta = orjson.dumps({"path": rel, "bytes": len(data)}).decode()
     yield Record(text, uri, meta, ctx.mtime(file.mtime_s), _modality(file.path, data[:SNIFF_BYTES]))
+
+
+def _relative(path: str, source_root: str) -> str:
+    return path[len(source_root) + 1 :] if path.startswith(source_root + "/") else PurePosixPath(path).name
 
 
 def read_lines(ctx: ReadContext, file: FileEntry, stream) -> Iterator[Record]:

@@ -1,0 +1,88 @@
+"""The skeleton every stage asset shares, written once: open the config and storage, run the stage
+with its errors mapped to `dg.Failure` the same way everywhere, and report the StageResult (where,
+how much, what shape, a preview, its data version) with the stage's own figures added.
+
+An asset module then holds only what is particular to its stage: the call and its metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import dagster as dg
+
+from platform_assets.config import ConfigError, PipelineConfig
+from platform_assets.contracts import StageResult
+from platform_assets.defs.metadata import markdown_preview, output_metadata
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.ingest.readers.huggingface import DatasetLoadError
+from platform_assets.layout import asset_dir
+from platform_assets.schema import SchemaVersionError
+from platform_assets.storage import Storage, manifest_version
+
+R = TypeVar("R", bound=StageResult)
+
+# Errors that describe the input or the config, not a bug: the run fails with the message alone (no
+# stack trace in the UI). Anything else (a ConservationError, an AssertionError) keeps its traceback.
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SchemaVersionError, DatasetLoadError, ValueError, OSError)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage asset works with: the loaded config, its storage, and its own output directory."""
+
+    cfg: PipelineConfig
+    storage: Storage
+    rel: str
+
+    def input_dir(self, asset: str, partition: str | None = None) -> str:
+        return asset_dir(asset, partition)
+
+
+def stage_context(pipeline: PipelineResource, asset: str, partition: str | None = None) -> StageContext:
+    cfg = pipeline.config()
+    return StageContext(cfg, pipeline.storage(cfg), asset_dir(asset, partition))
+
+
+@contextmanager
+def failures_as_dagster(asset: str) -> Iterator[None]:
+    """Map USER_ERRORS to `dg.Failure` naming the asset; let every other exception through."""
+    try:
+        yield
+    except dg.Failure:
+        raise
+    except USER_ERRORS as err:
+        raise dg.Failure(description=f"{asset}: {err}", metadata={"error": type(err).__name__}) from None
+
+
+def run_stage(asset: str, stage: Callable[[], R]) -> R:
+    with failures_as_dagster(asset):
+        return stage()
+
+
+def stage_result(
+    ctx: StageContext,
+    result: StageResult,
+    metadata: dict[str, Any] | None = None,
+    checks: Iterable[dg.AssetCheckResult] = (),
+    preview: list[str] | None = None,
+) -> dg.MaterializeResult:
+    """The materialization of a committed stage output: the shared figures (uri, rows, bytes, files,
+    manifest, column schema, exclusions uri, preview) first, then the stage's `metadata`."""
+    out: dict[str, Any] = {"uri": dg.MetadataValue.path(ctx.storage.uri(result.rel))}
+    if result.schema is not None:
+        out = output_metadata(ctx.storage, result.rel, result.files, result.schema, result.rows)
+    if result.exclusions:
+        out["exclusions_uri"] = dg.MetadataValue.path(ctx.storage.uri(result.exclusions_path()))
+    out.update(metadata or {})
+    if preview and result.parts:
+        out["preview"] = dg.MetadataValue.md(
+            markdown_preview(ctx.storage, f"{result.rel}/{result.parts[0]}", preview))
+    return dg.MaterializeResult(
+        metadata=out,
+        data_version=dg.DataVersion(manifest_version(result.files)),
+        check_results=list(checks),
+    )

@@ -1,0 +1,43 @@
+"""What a binary file is, from its bytes: the MIME type (magic numbers, via `filetype`) and the media
+kind a document schema v2 row stores it as. A name says nothing: `cat.png` may be a GIF or a PDF.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+import filetype
+
+from platform_assets.schema import Modality
+
+MediaKind = Literal["image", "pdf", "audio"]
+MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "pdf", "audio")
+_MODALITY: dict[MediaKind, Modality] = {"image": Modality.IMAGE, "pdf": Modality.PDF, "audio": Modality.AUDIO}
+SNIFF_HEAD_BYTES = 8192  # filetype reads at most 8 KiB (most signatures sit in the first 261 bytes)
+
+
+def sniff_mime(head: bytes) -> str | None:
+    """The MIME type of content starting with `head`, or None when no known signature matches."""
+    return filetype.guess_mime(head[:SNIFF_HEAD_BYTES])
+
+
+def media_kind(mime: str | None) -> MediaKind | None:
+    if mime is None:
+        return None
+    if mime.startswith("image/"):
+        return "image"
+    if mime == "application/pdf":
+        return "pdf"
+    if mime.startswith("audio/"):
+        return "audio"
+    return None
+
+
+def modality_of(kind: MediaKind) -> Modality:
+    return _MODALITY[kind]
+
+
+def media_item(kind: MediaKind, mime: str, uri: str, data: bytes) -> dict:
+    """One `media` list element (schema.MEDIA_ITEM_TYPE) holding the bytes inline."""
+    return {"kind": kind, "mime": mime, "uri": uri, "sha256": hashlib.sha256(data).hexdigest(), "bytes": data}

@@ -1,0 +1,145 @@
+"""Ingest's settings: the sources (one Dagster partition each) and how they are read.
+
+`PipelineConfig` (platform_assets/config.py) holds these; ingest itself never imports the config: it
+reads through :class:`SourcePlan`, the few things it needs to know about the pipeline, so the config
+may depend on ingest and not the other way round.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from datetime import datetime
+from typing import Annotated, Literal, Protocol
+
+from pydantic import Field, field_validator
+
+from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
+from platform_assets.ingest.chat import ChatFields
+from platform_assets.storage import S3Settings
+
+
+class _SourceBase(StrictModel):
+    name: Annotated[str, Field(pattern=SOURCE_NAME_PATTERN)]
+    """Partition key of this source in every per-source asset: lower case, digits, `_`, `-`."""
+    path: str
+    """A file, a directory, or a glob; local (relative to the config file) or an s3:// URI."""
+    license: str | None = None
+    snapshot_time: datetime | None = None
+    """Overrides the per-file modification time recorded as `ingested_at`."""
+
+    def is_remote(self) -> bool:
+        return "://" in self.path
+
+
+class _FileSource(_SourceBase):
+    pattern: str | None = None
+    """Glob applied under `path` when it is a directory (default per format, e.g. `*.jsonl*`)."""
+    encoding: str = "utf-8"
+    """Legacy encodings (latin-1, cp1252, shift_jis, ...) are decoded here, at ingest."""
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}") from None
+        return value
+
+
+class JsonlSource(_FileSource):
+    format: Literal["jsonl"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    chat: ChatFields | None = None
+    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
+    """Fields kept in `meta`; None keeps every field except the text."""
+
+
+class CsvSource(_FileSource):
+    format: Literal["csv"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","
+
+
+class ParquetSource(_FileSource):
+    format: Literal["parquet"]
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+
+
+class TextSource(_FileSource):
+    format: Literal["text"]
+    unit: Literal["line", "file"] = "file"
+    """`line`: every non-blank line is a document; `file`: every file is one."""
+
+
+class FolderSource(_FileSource):
+    format: Literal["folder"]
+    """A folder of documents, one per file; HTML files are kept as modality `html` for cleaning."""
+    media: list[Literal["image", "pdf", "audio"]] = []
+    """Binary files of these kinds (recognised from their bytes) become media documents: modality
+    image/pdf/audio, empty text, the bytes and their sha256 in `media`. Others are quarantined as
+    `binary_file`, naming the type found."""
+
+
+class HuggingFaceSource(_SourceBase):
+    format: Literal["hf"]
+    config_name: str | None = None
+    split: str = "train"
+    text_field: str = "text"
+    meta_fields: list[str] | None = None
+    chat: ChatFields | None = None
+    """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
+    streaming: bool = True
+    """Hub ids and local data directories load through `load_dataset(..., streaming=True)`; a
+    directory written by `save_to_disk` loads through `load_from_disk`."""
+
+    def is_remote(self) -> bool:
+        return not _looks_like_local_path(self.path)
+
+
+SourceConfigType = JsonlSource | CsvSource | ParquetSource | TextSource | FolderSource | HuggingFaceSource
+SourceConfig = Annotated[SourceConfigType, Field(discriminator="format")]
+
+
+def _looks_like_local_path(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(path))
+
+
+class IngestSettings(StrictModel):
+    """The `ingest:` section. Batch size, compression and part size are the `io:` section's."""
+
+    max_document_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
+    parallel_files: Annotated[int, Field(gt=0)] = 2
+    """Input groups read and written at once, each by its own pipeline into its own parts (named by
+    the group's position, so the output does not depend on this number). A pipeline keeps ~2 threads
+    busy (parsing, then compression in its writer thread; both outside the GIL), so 2 fill 2 cores.
+    While pipelines leave cores idle, each JSONL file is also parsed on several threads (costs ~40%
+    more CPU per byte). Memory grows by about one batch per pipeline."""
+    group_input_bytes: Annotated[int, Field(gt=0)] = 64 * 2**20
+    """Consecutive input files are read into the same parts until they add up to this many bytes
+    (decided from the file listing, so parts are the same for any `parallel_files`). 754 one-page
+    files become one part instead of 754 one-row parts; a file of 64 MiB or more is a group alone,
+    so large files still ingest in parallel."""
+    group_max_files: Annotated[int, Field(gt=0)] = 100_000
+    """... and at most this many files (bounds the per-group file list and quarantine bookkeeping)."""
+    max_quarantine_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
+    """Above this share of quarantined inputs the `quarantine_rate_within_bounds` check warns."""
+
+
+class SourcePlan(Protocol):
+    """What ingest needs from the pipeline config (PipelineConfig provides it)."""
+
+    ingest: IngestSettings
+    io: IOSettings
+
+    def source(self, name: str) -> SourceConfigType: ...
+
+    def source_location(self, name: str) -> str: ...
+
+    def s3_settings(self) -> S3Settings: ...
+
+    def check_source_paths(self, names: list[str] | None = None) -> None: ...
