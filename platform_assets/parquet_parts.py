@@ -159,3 +159,92 @@ def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
     if schema_tag(schema) == DOCUMENTS_V1_TAG:
         return upgrade_documents(pa.RecordBatch.from_pylist([], schema=schema), files[0]).schema
     return schema
+
+
+class TableSource:
+    """A committed document-level output read by a later stage: its schema, its parts as record
+    batches of `io.batch_rows` (v1 documents upgraded on read), and its side tables by name."""
+
+    def __init__(self, storage: Storage, rel: str, io: IOSettings | None = None):
+        self.storage, self.rel = storage, rel
+        self.io = io or IOSettings()
+        self._schema: pa.Schema | None = None
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """None when the output has no parts (a source with no documents, or nothing committed)."""
+        if self._schema is None:
+            self._schema = output_schema(self.storage, self.rel)
+        return self._schema
+
+    def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        return read_batches(self.storage, self.rel, columns, self.io.batch_rows)
+
+    def table(self, columns: Sequence[str]) -> pa.Table | None:
+        """A few columns of every row at once (ids, split keys): for columns small per row only."""
+        batches = list(self.batches(columns))
+        return pa.Table.from_batches(batches) if batches else None
+
+    def side_table(self, name: str) -> pa.Table | None:
+        """A side file of the output (`_exclusions.parquet`, ...), or None when it is not there."""
+        rel = f"{self.rel}/{name}"
+        if not self.storage.exists(rel):
+            return None
+        with self.storage.fs.open_input_file(self.storage.path(rel)) as f:
+            return pq.read_table(f)
+
+
+class TableSink:
+    """A document-level output being written: data parts with the `io:` section's bounds, side tables
+    by name, committed atomically (with its manifest) when the `with` block exits cleanly; on an error
+    nothing is committed and the previous output stays as it was.
+
+        with TableSink(storage, rel, schema, io) as sink:
+            for batch in ...:
+                sink.write(batch)
+            sink.write_side(EXCLUSIONS_FILE, exclusions)
+        sink.files, sink.rows   # the committed manifest and the rows written
+    """
+
+    def __init__(self, storage: Storage, rel: str, schema: pa.Schema, io: IOSettings | None = None):
+        self.storage, self.rel, self.schema = storage, rel, schema
+        self.io = io or IOSettings()
+        self.files: dict[str, dict[str, object]] = {}
+        self._writers: list[PartWriter] = []
+
+    def __enter__(self) -> TableSink:
+        self._staging = self.storage.staged_dir(self.rel)
+        self.staged = self._staging.__enter__()
+        self._main = self.part_writer(self.schema)
+        return self
+
+    def part_writer(self, schema: pa.Schema, prefix: str = PART_PREFIX) -> PartWriter:
+        """Another stream of parts in the same output (e.g. one per (split, source)), closed with it."""
+        writer = PartWriter.with_io(self.staged, schema, self.io, prefix)
+        self._writers.append(writer)
+        return writer
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self._main.write(batch)
+
+    def write_side(self, name: str, table: pa.Table) -> None:
+        write_table(self.staged, name, table, self.io.compression)
+
+    @property
+    def rows(self) -> int:
+        return sum(w.rows for w in self._writers)
+
+    def __exit__(self, exc_type, exc, tb) -> bool | None:
+        try:
+            for writer in self._writers:
+                if exc_type is None:
+                    writer.close()
+                else:
+                    writer.abort()
+        except BaseException as err:  # a failed close fails the commit too
+            self._staging.__exit__(type(err), err, err.__traceback__)
+            raise
+        result = self._staging.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self.files = self.staged.manifest
+        return result

@@ -15,21 +15,20 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from platform_assets.contracts import (
     DEFAULT_IO,
     DUPLICATES_FILE,
     EXCLUSIONS_FILE,
-    PART_GLOB,
     SIGNATURES_FILE,
     IOSettings,
     StageResult,
+    schema_tag,
 )
-from platform_assets.dedup.deduplicator import Deduplicator, DedupResult
+from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
-from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
+from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.storage import Storage
 
 __all__ = ["DUPLICATES_FILE", "EXCLUSIONS_FILE", "SIGNATURES_FILE", "DedupStageResult", "deduplicate_outputs"]
@@ -46,18 +45,24 @@ class DedupStageResult(StageResult):
         return self.rows
 
 
-def _read_single(storage: Storage, rel: str) -> pa.Table | None:
-    if not storage.exists(rel):
-        return None
-    with storage.fs.open_input_file(storage.path(rel)) as f:
-        return pq.read_table(f)
-
-
 def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:
-    wanted = ["id", "source", "text", "ingested_at"]
+    wanted = ["id", "source", "text", "modality", "media", "ingested_at"]
     if settings.quality_column:
         wanted.append(settings.quality_column.split(".")[0])
     return [c for c in wanted if c in schema.names]
+
+
+def _previous_exclusions(table: pa.Table) -> pa.Table:
+    """Exclusions an earlier run committed, in today's schema. Before the shared exclusions schema
+    (no tag), `value` was the similarity as a float64 and there were no `bytes`/`similarity` columns."""
+    if schema_tag(table.schema) == schema_tag(EXCLUSIONS_SCHEMA):
+        return table
+    similarity = table["value"].cast(pa.float64())
+    return pa.table({
+        "id": table["id"], "rule": table["rule"],
+        "value": pa.array([None if v is None else f"{v:.4g}" for v in similarity.to_pylist()], pa.string()),
+        "bytes": pa.nulls(table.num_rows, pa.int64()), "kept_id": table["kept_id"], "similarity": similarity,
+    }, schema=EXCLUSIONS_SCHEMA)
 
 
 def deduplicate_outputs(
@@ -67,28 +72,29 @@ def deduplicate_outputs(
     settings: DedupSettings,
     io: IOSettings = DEFAULT_IO,
 ) -> DedupStageResult:
-    schemas = [s for s in (output_schema(storage, d) for d in input_dirs) if s is not None]
+    inputs = [TableSource(storage, d, io) for d in input_dirs]
+    schemas = [(i.rel, i.schema) for i in inputs if i.schema is not None]
     if not schemas:
         raise ValueError(f"no input documents under {input_dirs}")
-    schema = schemas[0]
-    for d, s in zip(input_dirs, schemas, strict=False):
+    schema = schemas[0][1]
+    for rel, s in schemas:
         if s.names != schema.names:
-            raise ValueError(f"{d} has columns {s.names}, expected {schema.names} like the other inputs")
+            raise ValueError(f"{rel} has columns {s.names}, expected {schema.names} like the other inputs")
 
-    accepted, seen = None, None
-    previous_parts: list[str] = []
+    previous = TableSource(storage, out_rel, io)
+    accepted, seen, previous_exclusions = None, None, None
     if settings.incremental:
-        signatures = _read_single(storage, f"{out_rel}/{SIGNATURES_FILE}")
+        signatures = previous.side_table(SIGNATURES_FILE)
         if signatures is not None:
             accepted = AcceptedSignatures.from_table(signatures, settings)
-            excluded = _read_single(storage, f"{out_rel}/{EXCLUSIONS_FILE}")
+            excluded = previous.side_table(EXCLUSIONS_FILE)
+            previous_exclusions = _previous_exclusions(excluded) if excluded is not None else None
             seen = pa.concat_arrays([accepted.ids.cast(pa.string()),
                                      *([excluded["id"].combine_chunks()] if excluded is not None else [])])
-            previous_parts = [e.path for e in storage.list_files(out_rel, PART_GLOB)]
 
     def new_batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        for d in input_dirs:
-            for batch in read_batches(storage, d, columns, io.batch_rows):
+        for source in inputs:
+            for batch in source.batches(columns):
                 if seen is not None:
                     batch = batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=seen)))
                 if batch.num_rows:
@@ -103,21 +109,18 @@ def deduplicate_outputs(
 
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
-    with storage.staged_dir(out_rel) as staged:
-        with PartWriter.with_io(staged, out_schema, io) as writer:
-            for path in previous_parts:  # incremental: earlier runs' documents first, as they were
-                with storage.fs.open_input_file(path) as f:
-                    for batch in pq.ParquetFile(f).iter_batches(batch_size=io.batch_rows):
-                        carried += batch.num_rows
-                        writer.write(batch)
-            for batch in new_batches(None):
-                writer.write(result.filter_batch(batch))
-        previous_exclusions = _read_single(storage, f"{out_rel}/{EXCLUSIONS_FILE}") if seen is not None else None
+    with TableSink(storage, out_rel, out_schema, io) as sink:
+        if seen is not None:  # incremental: earlier runs' documents first, as they were
+            for batch in previous.batches():
+                carried += batch.num_rows
+                sink.write(batch)
+        for batch in new_batches(None):
+            sink.write(result.filter_batch(batch))
         exclusions = result.exclusions()
         if previous_exclusions is not None:
-            exclusions = pa.concat_tables([previous_exclusions.cast(exclusions.schema), exclusions])
-        write_table(staged, EXCLUSIONS_FILE, exclusions, io.compression)
-        write_table(staged, DUPLICATES_FILE, result.duplicates, io.compression)
-        write_table(staged, SIGNATURES_FILE, result.accepted.to_table(settings), io.compression)
-    return DedupStageResult(rel=out_rel, files=staged.manifest, rows=writer.rows, schema=out_schema,
+            exclusions = pa.concat_tables([previous_exclusions, exclusions])
+        sink.write_side(EXCLUSIONS_FILE, exclusions)
+        sink.write_side(DUPLICATES_FILE, result.duplicates)
+        sink.write_side(SIGNATURES_FILE, result.accepted.to_table(settings))
+    return DedupStageResult(rel=out_rel, files=sink.files, rows=sink.rows, schema=out_schema,
                             exclusions=EXCLUSIONS_FILE, rows_in=rows_in, carried_over=carried, result=result)

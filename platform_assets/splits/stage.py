@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from platform_assets.contracts import DEFAULT_IO, IOSettings, StageResult
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.parquet_parts import PartWriter, output_schema, read_batches
+from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
 from platform_assets.splits.leakage import LeakageChecker, LeakageReport
 from platform_assets.splits.settings import SplitSettings
@@ -25,11 +25,6 @@ class SplitStageResult(StageResult):
     counts: dict[str, int]  # documents per split
 
 
-def _read_columns(storage: Storage, rel: str, columns: list[str], batch_rows: int) -> pa.Table | None:
-    batches = list(read_batches(storage, rel, columns, batch_rows))
-    return pa.Table.from_batches(batches) if batches else None
-
-
 def split_outputs(
     storage: Storage,
     in_rel: str,
@@ -37,31 +32,31 @@ def split_outputs(
     settings: SplitSettings,
     io: IOSettings = DEFAULT_IO,
 ) -> SplitStageResult:
-    schema = output_schema(storage, in_rel)
+    source = TableSource(storage, in_rel, io)
+    schema = source.schema
     if schema is None:
         raise ValueError(f"no input documents under {in_rel}")
     if settings.stratify_by and settings.stratify_by not in schema.names:
         raise ValueError(f"splits.stratify_by: no column {settings.stratify_by!r} in {in_rel} ({schema.names})")
     key_columns = ["id", *([settings.stratify_by] if settings.stratify_by else [])]
-    keys = _read_columns(storage, in_rel, key_columns, io.batch_rows)
-    prior = _read_columns(storage, out_rel, ["id", "split"], io.batch_rows) if settings.stratify_by else None
+    keys = source.table(key_columns)
+    prior = TableSource(storage, out_rel, io).table(["id", "split"]) if settings.stratify_by else None
     # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
     # stream is row i of the assignment (no per-batch id lookup)
     assignment = assign_splits(keys, settings, prior)
 
     out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
         else schema
-    with storage.staged_dir(out_rel) as staged:
-        offset = 0
-        with PartWriter.with_io(staged, out_schema, io) as writer:
-            for batch in read_batches(storage, in_rel, None, io.batch_rows):
-                split = assignment.slice(offset, batch.num_rows)
-                offset += batch.num_rows
-                table = pa.Table.from_batches([batch])
-                if "split" in table.schema.names:
-                    table = table.drop_columns(["split"])
-                writer.write(table.append_column("split", split))
-    return SplitStageResult(rel=out_rel, files=staged.manifest, rows=writer.rows, schema=out_schema,
+    offset = 0
+    with TableSink(storage, out_rel, out_schema, io) as sink:
+        for batch in source.batches():
+            split = assignment.slice(offset, batch.num_rows)
+            offset += batch.num_rows
+            table = pa.Table.from_batches([batch])
+            if "split" in table.schema.names:
+                table = table.drop_columns(["split"])
+            sink.write(table.append_column("split", split))
+    return SplitStageResult(rel=out_rel, files=sink.files, rows=sink.rows, schema=out_schema,
                             counts=split_counts(assignment))
 
 
@@ -70,7 +65,7 @@ def check_split_leakage(
 ) -> LeakageReport:
     """Exact and near duplicates across splits in a written split output (the blocking check)."""
     checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage)
-    for batch in read_batches(storage, rel, ["id", "text", "split"], io.batch_rows):
+    for batch in TableSource(storage, rel, io).batches(["id", "text", "split"]):
         checker.add_batch(batch)
     return checker.finish()
 

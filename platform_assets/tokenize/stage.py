@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
-from platform_assets.parquet_parts import PartWriter, output_schema, read_batches, write_table
+from platform_assets.parquet_parts import PartWriter, TableSink, TableSource, output_schema
 from platform_assets.splits.assignment import id_unit_interval
-from platform_assets.storage import StagedDir, Storage
+from platform_assets.storage import Storage
 from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
@@ -94,7 +94,7 @@ class _SmallestHashes:
 def _documents(storage: Storage, rel: str,
                batch_rows: int) -> Iterator[tuple[np.ndarray, pa.Array, pa.Array, pa.Array]]:
     """(id hash, id, split, text) per record batch of the split output."""
-    for batch in read_batches(storage, rel, ["id", "split", "text"], batch_rows):
+    for batch in TableSource(storage, rel, IOSettings(batch_rows=batch_rows)).batches(["id", "split", "text"]):
         ids = batch.column("id")
         yield id_unit_interval(ids, SAMPLE_SEED), ids, batch.column("split"), batch.column("text")
 
@@ -190,8 +190,8 @@ class _SetWriters:
     """One PartWriter per (split, source), fed through small per-set buffers so that each write is
     a row group of a useful size rather than one batch's share of a set."""
 
-    def __init__(self, staged: StagedDir, schema: pa.Schema, io: IOSettings, flush_rows: int):
-        self.staged, self.schema, self.io, self.flush_rows = staged, schema, io, flush_rows
+    def __init__(self, sink: TableSink, flush_rows: int):
+        self.sink, self.schema, self.flush_rows = sink, sink.schema, flush_rows
         self.writers: dict[tuple[str, str], PartWriter] = {}
         self.pending: dict[tuple[str, str], list[pa.RecordBatch]] = defaultdict(list)
         self.pending_bytes: dict[tuple[str, str], int] = defaultdict(int)
@@ -212,20 +212,13 @@ class _SetWriters:
             return
         if key not in self.writers:
             split, source = key
-            self.writers[key] = PartWriter.with_io(self.staged, self.schema, self.io, prefix=f"{split}/{source}/part")
+            self.writers[key] = self.sink.part_writer(self.schema, prefix=f"{split}/{source}/part")
         self.writers[key].write(pa.Table.from_batches(batches, schema=self.schema))
 
-    def close(self) -> list[str]:
+    def flush(self) -> None:
+        """Write what is still buffered (the sink closes the writers when it commits)."""
         for key in sorted(self.pending):
             self._flush(key)
-        parts: list[str] = []
-        for key in sorted(self.writers):
-            parts += self.writers[key].close()
-        return sorted(parts)
-
-    def abort(self) -> None:
-        for writer in self.writers.values():
-            writer.abort()
 
 
 def _split_by_set(batch: pa.RecordBatch) -> list[tuple[tuple[str, str], pa.RecordBatch]]:
@@ -265,31 +258,27 @@ def tokenize_outputs(
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
-    with storage.staged_dir(out_rel) as staged:
-        writers = _SetWriters(staged, encoder.schema, io, rows_per_batch)
-        try:
-            for batch in read_batches(storage, splits_rel, columns, rows_per_batch):
-                encoded = encoder.encode(batch)
-                stats.merge(encoded.stats)
-                if encoded.exclusions.num_rows:
-                    excluded.append(encoded.exclusions)
-                for key, part in _split_by_set(encoded.batch):
-                    counts = per_set[key]
-                    counts["rows"] += part.num_rows
-                    # all chunks of a document are in the batch that read it: distinct per batch adds up
-                    counts["documents"] += pc.count_distinct(part.column("id")).as_py()
-                    counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
-                    counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
-                    writers.add(key, part)
-            writers.close()
-        except BaseException:
-            writers.abort()
-            raise
+    with TableSink(storage, out_rel, encoder.schema, io) as sink:
+        writers = _SetWriters(sink, rows_per_batch)
+        for batch in TableSource(storage, splits_rel, io).batches(columns):
+            encoded = encoder.encode(batch)
+            stats.merge(encoded.stats)
+            if encoded.exclusions.num_rows:
+                excluded.append(encoded.exclusions)
+            for key, part in _split_by_set(encoded.batch):
+                counts = per_set[key]
+                counts["rows"] += part.num_rows
+                # all chunks of a document are in the batch that read it: distinct per batch adds up
+                counts["documents"] += pc.count_distinct(part.column("id")).as_py()
+                counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
+                counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
+                writers.add(key, part)
+        writers.flush()
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
-        write_table(staged, EXCLUSIONS_FILE, exclusions, io.compression)
+        sink.write_side(EXCLUSIONS_FILE, exclusions)
     sets = [{"split": k[0], "source": k[1], "dir": f"{k[0]}/{k[1]}", **v} for k, v in sorted(per_set.items())]
     return TokenizeStageResult(
-        rel=out_rel, files=staged.manifest, schema=encoder.schema, exclusions=EXCLUSIONS_FILE,
+        rel=out_rel, files=sink.files, schema=encoder.schema, exclusions=EXCLUSIONS_FILE,
         rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),
         tokens=sum(s["tokens"] for s in sets), loss_tokens=sum(s["loss_tokens"] for s in sets), sets=sets,
         stats=stats, excluded=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,

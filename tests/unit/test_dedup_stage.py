@@ -254,3 +254,20 @@ def test_artifact_from_other_settings_is_refused():
         AcceptedSignatures.from_table(table, other)
     with pytest.raises(SignatureMismatchError, match="shingles"):
         AcceptedSignatures.from_table(table, DedupSettings(near={"shingles": {"size": 3}}))
+
+
+def test_exclusions_of_an_earlier_run_are_carried_into_the_shared_schema():
+    """An incremental run after the exclusions schema gained its shared columns: the earlier run's
+    table (value = similarity as float64, no tag) is converted, not refused and not misread."""
+    from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA
+    from platform_assets.dedup.stage import _previous_exclusions
+
+    old = pa.table({"id": ["a", "b"], "rule": ["near_duplicate", "exact_duplicate"],
+                    "value": pa.array([0.8125, 1.0]), "kept_id": ["k", "k"]})
+    new = _previous_exclusions(old)
+    assert new.schema == EXCLUSIONS_SCHEMA
+    assert new.to_pylist() == [
+        {"id": "a", "rule": "near_duplicate", "value": "0.8125", "bytes": None, "kept_id": "k", "similarity": 0.8125},
+        {"id": "b", "rule": "exact_duplicate", "value": "1", "bytes": None, "kept_id": "k", "similarity": 1.0},
+    ]
+    assert _previous_exclusions(new) is new
