@@ -14,14 +14,14 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from platform_assets.contracts import QUARANTINE_FILE, StageResult
+from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
 from platform_assets.ingest.records import QuarantineSink
 from platform_assets.ingest.settings import IngestSettings, SourcePlan
 from platform_assets.ingest.writer import DocumentWriter, WriteStats
-from platform_assets.parquet_parts import write_table
+from platform_assets.parquet_parts import TableSink
 from platform_assets.schema import DOCUMENTS_SCHEMA
-from platform_assets.storage import S3Settings, StagedDir, Storage
+from platform_assets.storage import S3Settings, Storage
 
 __all__ = ["QUARANTINE_FILE", "IngestResult", "ingest_source", "input_groups"]
 
@@ -63,15 +63,15 @@ def input_groups(units: list[InputUnit], settings: IngestSettings) -> list[list[
 
 
 def _ingest_group(
-    staged: StagedDir, cfg: SourcePlan, name: str, index: int, group: list[InputUnit], parse_threads: bool
+    out: TableSink, cfg: SourcePlan, name: str, index: int, group: list[InputUnit], parse_threads: bool
 ) -> tuple[WriteStats, QuarantineSink]:
-    sink = QuarantineSink(name)
-    with DocumentWriter(staged, name, cfg.source(name).license, cfg.io, f"part-{index:05d}",
-                        id_root=source_root(cfg, name)) as writer:
+    quarantine = QuarantineSink(name)
+    parts = out.part_writer(DOCUMENTS_SCHEMA, f"{PART_PREFIX}-{index:05d}")
+    with DocumentWriter(parts, name, cfg.source(name).license, cfg.io, id_root=source_root(cfg, name)) as writer:
         for unit in group:
-            for rec in unit.read(sink, parse_threads):
+            for rec in unit.read(quarantine, parse_threads):
                 writer.add(rec)
-    return writer.stats, sink
+    return writer.stats, quarantine
 
 
 def ingest_source(
@@ -86,28 +86,28 @@ def ingest_source(
     cfg.check_source_paths([name])
     units = source_units(cfg, name, s3)
     groups = input_groups(units, cfg.ingest)
-    with storage.staged_dir(out_rel) as staged:
+    with TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
         workers = min(cfg.ingest.parallel_files, len(groups))
         # Each group in flight keeps ~2 threads busy (parse, then compression in its writer thread);
         # a reader may add parse threads only while that leaves cores idle.
         parse_threads = 2 * workers < _usable_cores()
 
         def run(indexed: tuple[int, list[InputUnit]]) -> tuple[WriteStats, QuarantineSink]:
-            return _ingest_group(staged, cfg, name, indexed[0], indexed[1], parse_threads)
+            return _ingest_group(out, cfg, name, indexed[0], indexed[1], parse_threads)
 
         if workers <= 1:
             results = [run(g) for g in enumerate(groups)]
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="ingest") as pool:
                 results = list(pool.map(run, enumerate(groups)))
-        sink = QuarantineSink.merged(name, [s for _, s in results])
-        write_table(staged, QUARANTINE_FILE, sink.table())
+        quarantine = QuarantineSink.merged(name, [q for _, q in results])
+        out.write_side(QUARANTINE_FILE, quarantine.table())
     stats = WriteStats()
     for st, _ in results:
         stats.merge(st)
     return IngestResult(
         rel=out_rel,
-        files=staged.manifest,
+        files=out.files,
         rows=stats.rows,
         schema=DOCUMENTS_SCHEMA,
         exclusions=QUARANTINE_FILE,
@@ -115,5 +115,5 @@ def ingest_source(
         text_bytes=stats.text_bytes,
         input_files=len(units),
         input_groups=len(groups),
-        quarantine_counts=dict(sorted(sink.counts.items())),
+        quarantine_counts=dict(sorted(quarantine.counts.items())),
     )

@@ -18,7 +18,6 @@ from platform_assets.contracts import Counts, IOSettings
 from platform_assets.ingest.records import Record, RecordBlock
 from platform_assets.parquet_parts import PartWriter
 from platform_assets.schema import DOCUMENTS_SCHEMA, MEDIA_TYPE, document_ids
-from platform_assets.storage import StagedDir
 
 INGESTED_AT_TYPE = DOCUMENTS_SCHEMA.field("ingested_at").type
 
@@ -31,8 +30,7 @@ class WriteStats(Counts):
 
 
 class DocumentWriter:
-    def __init__(self, staged: StagedDir, source: str, license: str | None, io: IOSettings,
-                 part_prefix: str = "part", id_root: str = ""):
+    def __init__(self, parts: PartWriter, source: str, license: str | None, io: IOSettings, id_root: str = ""):
         self._source = source
         # Ids hash the location relative to the source's root (`docs/a.jsonl#line=3`, not
         # `/home/me/corpus/docs/a.jsonl#line=3`): the same corpus gives the same ids, hence the same
@@ -42,7 +40,7 @@ class DocumentWriter:
         self._io = io
         self._buf: list[Record] = []
         self._buf_bytes = 0
-        self._parts = PartWriter.with_io(staged, DOCUMENTS_SCHEMA, io, part_prefix)
+        self._parts = parts  # DOCUMENTS_SCHEMA parts, from the stage's TableSink
         self.stats = WriteStats()
 
     def add(self, rec: Record | RecordBlock) -> None:
