@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
+from platform_assets.contracts import Counts
 from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
@@ -73,7 +74,7 @@ def tokenized_schema(tokenizer_sha256: str = "") -> pa.Schema:
 
 
 @dataclass
-class EncodeStats:
+class EncodeStats(Counts):
     documents: int = 0
     """Documents in."""
     chat_documents: int = 0
@@ -93,17 +94,8 @@ class EncodeStats:
     excluded: Counter[str] = field(default_factory=Counter)
     """Documents dropped, per rule."""
 
-    def merge(self, other: EncodeStats) -> None:
-        for name in ("documents", "chat_documents", "rows", "tokens", "loss_tokens", "overlong_documents",
-                     "truncated_documents", "truncated_tokens", "chunked_documents", "dropped_chunks",
-                     "dropped_chunk_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.excluded.update(other.excluded)
-
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "excluded"}
-        out["excluded"] = dict(sorted(self.excluded.items()))
-        return out
+        return self.as_dict()
 
 
 @dataclass(frozen=True)
