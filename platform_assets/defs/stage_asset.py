@@ -22,12 +22,14 @@ from platform_assets.ingest.readers.huggingface import DatasetLoadError
 from platform_assets.layout import asset_dir
 from platform_assets.schema import SchemaVersionError
 from platform_assets.storage import Storage, manifest_version
+from platform_assets.versioning.dvc_repo import DvcError
 
 R = TypeVar("R", bound=StageResult)
 
 # Errors that describe the input or the config, not a bug: the run fails with the message alone (no
 # stack trace in the UI). Anything else (a ConservationError, an AssertionError) keeps its traceback.
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SchemaVersionError, DatasetLoadError, ValueError, OSError)
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SchemaVersionError, DatasetLoadError, DvcError, ValueError,
+                                            OSError)
 
 
 @dataclass(frozen=True)

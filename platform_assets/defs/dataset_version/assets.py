@@ -7,8 +7,8 @@ import dagster as dg
 
 from platform_assets.defs.dataset_version.checks import VERSION_CHECKS, evaluate_version_checks
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.layout import asset_dir
-from platform_assets.versioning.dvc_repo import DvcError, DvcRepo
+from platform_assets.defs.stage_asset import failures_as_dagster, stage_context
+from platform_assets.versioning.dvc_repo import DvcRepo
 from platform_assets.versioning.record import VERSION_FILE, version_record
 
 SHARDS = "packed_shards"
@@ -28,25 +28,23 @@ SHARDS = "packed_shards"
     ),
 )
 def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
+    ctx = stage_context(pipeline, "dataset_version")
+    cfg, storage = ctx.cfg, ctx.storage
     if not storage.is_local:
         raise dg.Failure(f"dataset_version needs a local storage root inside the DVC repository (DVC versions its "
                          f"workspace); storage.root is {cfg.storage_root}. Push to S3 with versioning.remote instead.")
     settings = cfg.versioning
-    shards_dir = Path(cfg.storage_root) / asset_dir(SHARDS)
-    try:
+    shards_dir = Path(cfg.storage_root) / ctx.input_dir(SHARDS)
+    with failures_as_dagster("dataset_version"):
         repo = DvcRepo(cfg.resolve(settings.dvc_repo), settings.dvc_executable)
         repo.ensure_initialized()
         remote_url = repo.configure_remote(settings.remote, cfg.config_dir)
         version = repo.record(shards_dir)
         if settings.push:
             version = repo.push(version, settings.remote.name)
-    except DvcError as err:
-        raise dg.Failure(str(err)) from None
     context.log.info(f"dataset version {version.md5} ({version.recorded_in}, pushed={version.pushed})")
-    record = version_record(version, storage.uri(asset_dir(SHARDS)), remote_url if settings.push else None)
-    storage.write_bytes_atomic(f"{asset_dir('dataset_version')}/{VERSION_FILE}",
+    record = version_record(version, storage.uri(ctx.input_dir(SHARDS)), remote_url if settings.push else None)
+    storage.write_bytes_atomic(f"{ctx.rel}/{VERSION_FILE}",
                                json.dumps(record, indent=1, sort_keys=True).encode())
     totals = record["totals"]
     metadata = {
