@@ -60,7 +60,7 @@ TEXT_PATTERN = "text_*.jsonl"
 NUM_PERM = 128
 SEED = 1
 SHINGLE_SIZE = 5
-PEER_BATCH = 8192  # documents per peer call: the stage's batch_rows
+PEER_BATCH = 8192  # documents per peer call: the stages' io.batch_rows
 SHINGLE_TOLERANCE = 1e-4
 ONE_CORE_ENV = {
     "OMP_NUM_THREADS": "1",
@@ -181,12 +181,14 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     import pyarrow as pa
 
     from platform_assets.dedup.minhash import MinHasher
+    from platform_assets.contracts import IOSettings
     from platform_assets.dedup.settings import DedupSettings
     from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     settings = DedupSettings()
+    batch_rows = IOSettings().batch_rows
     near = settings.near
     texts = pa.array(_read_chunks(spec), type=pa.large_string())
     hasher = MinHasher(near.num_perm, near.seed, near.algorithm)
@@ -195,8 +197,8 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
 
     def work():
         sigs, shingle_cpu = [], 0.0
-        for b0 in range(0, len(texts), settings.batch_rows):  # the stage's record batches
-            text = texts_to_array(texts.slice(b0, settings.batch_rows))
+        for b0 in range(0, len(texts), batch_rows):  # the stage's record batches
+            text = texts_to_array(texts.slice(b0, batch_rows))
             for a, b in compute_in_slices(text):
                 c0 = _clock()
                 shingles = shingle_hashes(text[a:b], near.shingles)

@@ -47,7 +47,7 @@ from benchmarks.harness import (
 PATTERN = "*.jsonl"
 MB_DEFAULT = 50
 TOKENIZER_JSON = Path(os.environ.get("TOKENIZE_BENCH_TOKENIZER", GPT2_TOKENIZER_JSON))
-RECORD_BATCH_ROWS = 8192  # TokenizeSettings.batch_rows: what the stage reads per batch
+RECORD_BATCH_ROWS = 8192  # io.batch_rows: what the stage reads per batch
 PEER_BATCH = 1000  # datasets.map(batched=True) default batch_size
 _THREADS = os.environ.get("TOKENIZE_BENCH_THREADS")
 ENV = {"TOKENIZERS_PARALLELISM": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
