@@ -54,7 +54,7 @@ class IOSettings(StrictModel):
 DEFAULT_IO = IOSettings()
 
 # ---------------------------------------------------------------------------------------------------
-# Names on disk: side files of an output directory (see DESIGN.md, "Data on disk")
+# Names on disk: the side files beside the parts of an output directory `<asset>/<partition or _all>/`
 
 MANIFEST_FILE = "_manifest.json"  # size + sha256 per file; its hash is the data version
 QUARANTINE_FILE = "_quarantine.parquet"  # rejected input records (ingest), with reason

@@ -1,4 +1,4 @@
-"""Where each asset's output lives under the storage root (see DESIGN.md, 'Data on disk')."""
+"""Where each asset's output lives under the storage root: `<asset>/<partition or _all>/`."""
 
 from __future__ import annotations
 
