@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from platform_assets.contracts import StrictModel
+from platform_assets.packing.formats import FORMATS
 from platform_assets.packing.pieces import Overlong
 from platform_assets.packing.strategies import Strategy
 
-ShardFormat = Literal["flat", "parquet", "webdataset"]
-SHARD_FORMATS: tuple[str, ...] = get_args(ShardFormat)
+SHARD_FORMATS: tuple[str, ...] = FORMATS  # the registry's (packing/formats/__init__.py)
 
 
-class _Strict(BaseModel):
-    # Same contract as config.py's models: unknown keys are errors, values are immutable.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PackingSettings(_Strict):
+class PackingSettings(StrictModel):
     seq_len: Annotated[int, Field(ge=2)] = 2048
     """Token positions per sample. At least 2: a sample of one token has no next-token target."""
     strategy: Strategy = "best_fit_decreasing"
@@ -40,9 +36,10 @@ class PackingSettings(_Strict):
     fit itself is the limit. With the re-pack: 100 -> 99.03%, 1000 -> 99.12%, 16000 -> 99.32% (it
     re-packs the last 5% of the stream); with overlong documents split, 99.84% / 99.85% / 99.87%.
     Memory at 1000 open: 0.6 MB of Python objects (tracemalloc, after the whole corpus)."""
-    formats: tuple[ShardFormat, ...] = SHARD_FORMATS
-    """Shard formats to write, any non-empty subset of flat, parquet, webdataset; kept in that order
-    (whatever order the config lists them in), so equal sets give byte-identical indexes."""
+    formats: tuple[str, ...] = SHARD_FORMATS
+    """Shard formats to write, any non-empty subset of the registered formats (flat, parquet,
+    webdataset); kept in registry order (whatever order the config lists them in), so equal sets
+    give byte-identical indexes."""
     samples_per_shard: Annotated[int, Field(ge=1)] = 8192
     """8192 samples x 2048 tokens x 2 bytes (uint16) = 32 MiB of tokens per flat shard."""
     max_tokens_in_memory: Annotated[int, Field(ge=1)] = 256 * 2**20
@@ -57,6 +54,10 @@ class PackingSettings(_Strict):
     def _formats_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
             raise ValueError(f"at least one shard format is needed: any of {', '.join(SHARD_FORMATS)}")
+        unknown = [f for f in value if f not in SHARD_FORMATS]
+        if unknown:
+            raise ValueError(f"unknown shard format {', '.join(map(repr, unknown))}; "
+                             f"registered: {', '.join(SHARD_FORMATS)}")
         twice = sorted({f for f in value if value.count(f) > 1})
         if twice:
             raise ValueError(f"format listed more than once: {', '.join(twice)}")

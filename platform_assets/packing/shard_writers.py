@@ -1,40 +1,32 @@
-"""Writing packed samples as shard sets: flat token files, Parquet and WebDataset tars, with their indexes.
+"""Writing packed samples as shard sets in every configured format, with one index.json per format.
 
-The layout and every byte-level rule come from SHARD_FORMAT.md. Samples arrive as runs of
-consecutive samples per (split, source); each format's shard files are written as a stream (a run
-at most `ROWS_PER_ROW_GROUP` samples long) and hashed while written, so memory is one run per
-(split, source), never a whole shard, and no file is read back to fill in its sha256.
-Nothing here depends on time, thread order or dict order: the same samples give the same bytes.
+The layout and every byte-level rule come from SHARD_FORMAT.md; the formats themselves are the
+registry's (`packing/formats/`). Samples arrive as runs of consecutive samples per (split, source);
+this module cuts them at row-group and shard boundaries and hands each run to every format's set
+writer, so memory is one run per (split, source), never a whole shard. Nothing here depends on time,
+thread order or dict order: the same samples give the same bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import re
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from platform_assets.config import SOURCE_NAME_PATTERN
-from platform_assets.packing.shard_index import (
-    FORMAT_VERSION,
-    FORMATS,
-    INDEX_NAME,
+from platform_assets.contracts import SHARD_INDEX_FILE, SOURCE_NAME_PATTERN, SOURCE_NAME_RE
+from platform_assets.packing.formats import FORMATS, REGISTRY, SetHeader
+from platform_assets.packing.formats.base import SetWriter
+from platform_assets.packing.samples import (
     ROWS_PER_ROW_GROUP,
     ShardSamples,
     ShardSetError,
     concat_samples,
-    index_bytes,
     token_dtype,
 )
+from platform_assets.packing.shard_index import index_bytes
 from platform_assets.storage import StagedDir
-
-_NAME_RE = re.compile(SOURCE_NAME_PATTERN)  # split and source become path components
 
 
 @dataclass(frozen=True)
@@ -54,10 +46,14 @@ class ShardSetHeader:
     def token_dtype(self) -> np.dtype:
         return token_dtype(self.vocab_size)
 
+    def set_header(self) -> SetHeader:
+        return SetHeader(self.seq_len, self.token_dtype, self.has_loss_mask)
+
     def index_head(self, fmt: str) -> dict:
         return {
             "format": fmt,
-            "format_version": FORMAT_VERSION,
+            "format_version": REGISTRY[fmt].version,
+            "layout": REGISTRY[fmt].layout(self.set_header()),
             "seq_len": self.seq_len,
             "token_dtype": self.token_dtype.name,
             "vocab_size": self.vocab_size,
@@ -68,180 +64,6 @@ class ShardSetHeader:
             "tokenizer": self.tokenizer,
             "packing": self.packing,
         }
-
-
-class HashedOutput:
-    """A write-only file that counts and sha256-hashes what passes through (tarfile and Parquet write
-    through it into a staged file)."""
-
-    def __init__(self, staged: StagedDir, name: str):
-        self._out = staged.open_output(name)
-        self._hash = hashlib.sha256()
-        self.size = 0
-        self.closed = False
-
-    def write(self, data: bytes | memoryview | np.ndarray) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        self._out.write(view)
-        self.size += len(view)
-        return len(view)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        if not self.closed:
-            self._out.close()
-            self.closed = True
-
-    def entry(self, rel: str) -> dict:
-        """The index's file entry (closes the file)."""
-        self.close()
-        return {"path": rel, "bytes": self.size, "sha256": self._hash.hexdigest()}
-
-
-class ShardFileWriter(Protocol):
-    def add(self, run: ShardSamples) -> None: ...
-    def close(self) -> dict[str, dict]: ...
-
-
-class FlatShardWriter:
-    """Four headerless little-endian files per shard: tokens, seqlens, seqptr (and mask)."""
-
-    def __init__(self, staged: StagedDir, fmt_dir: str, name: str, shard: int, header: ShardSetHeader):
-        self._dtype = header.token_dtype
-        roles = ["tokens", "seqlens", "seqptr"] + (["mask"] if header.has_loss_mask else [])
-        self._rels = {r: f"{name}.{r}.bin" for r in roles}
-        self._out = {r: HashedOutput(staged, f"{fmt_dir}/{rel}") for r, rel in self._rels.items()}
-        self._segments = 0
-        self._out["seqptr"].write(np.zeros(1, "<i8"))
-
-    def add(self, run: ShardSamples) -> None:
-        self._out["tokens"].write(np.ascontiguousarray(run.tokens, dtype=self._dtype))
-        self._out["seqlens"].write(np.ascontiguousarray(run.seqlens, dtype="<i4"))
-        self._out["seqptr"].write(np.ascontiguousarray(run.seqptr[1:] + self._segments, dtype="<i8"))
-        self._segments += len(run.seqlens)
-        if "mask" in self._out:
-            self._out["mask"].write(np.ascontiguousarray(run.loss_mask, dtype=np.uint8))
-
-    def close(self) -> dict[str, dict]:
-        return {r: self._out[r].entry(rel) for r, rel in self._rels.items()}
-
-
-def _list_array(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, value_type))
-
-
-class ParquetShardWriter:
-    """One row per sample, one row group per run (the set writer cuts runs at ROWS_PER_ROW_GROUP)."""
-
-    def __init__(self, staged: StagedDir, fmt_dir: str, name: str, shard: int, header: ShardSetHeader):
-        fields = [pa.field("input_ids", pa.list_(pa.int32())), pa.field("seqlens", pa.list_(pa.int32()))]
-        if header.has_loss_mask:
-            fields.append(pa.field("loss_mask", pa.list_(pa.uint8())))
-        self._schema = pa.schema(fields)
-        self._rel = f"{name}.parquet"
-        self._out = HashedOutput(staged, f"{fmt_dir}/{self._rel}")
-        # No min/max statistics: they say nothing useful about token ids and cost a pass over every
-        # value. Zstd at pyarrow's default level, as SHARD_FORMAT.md says.
-        self._writer = pq.ParquetWriter(self._out, self._schema, compression="zstd", use_dictionary=False,
-                                        write_statistics=False)
-
-    def add(self, run: ShardSamples) -> None:
-        n, seq_len = run.tokens.shape
-        row_offsets = np.arange(0, (n + 1) * seq_len, seq_len, dtype=np.int64)
-        if row_offsets[-1] >= 2**31:
-            raise ShardSetError(f"{n} samples of {seq_len} tokens overflow a Parquet list's int32 offsets")
-        columns = [
-            _list_array(run.tokens.reshape(-1).astype(np.int32), row_offsets, pa.int32()),
-            _list_array(run.seqlens.astype(np.int32), run.seqptr, pa.int32()),
-        ]
-        if run.loss_mask is not None:
-            columns.append(_list_array(run.loss_mask.reshape(-1), row_offsets, pa.uint8()))
-        self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._schema))
-
-    def close(self) -> dict[str, dict]:
-        self._writer.close()
-        return {"data": self._out.entry(self._rel)}
-
-
-_TAR_BLOCK = 512
-_TAR_RECORD = 20 * _TAR_BLOCK  # tar's default blocking factor: an archive is padded to whole records
-
-
-def ustar_header(name: str, size: int) -> bytes:
-    """A POSIX ustar header for a regular file with the fixed metadata of SHARD_FORMAT.md (mode 0644,
-    uid/gid 0, mtime 0, no user/group names), field for field what the standard library's tarfile
-    writes for it. Built here because tarfile spends ~90 us per member on generic work, which for
-    ~200k members (100k samples) was the largest cost of the whole stage."""
-    raw = name.encode("ascii")
-    if len(raw) > 100:
-        raise ShardSetError(f"tar member name over 100 bytes: {name!r}")
-    head = b"".join([
-        raw.ljust(100, b"\0"), b"0000644\0", b"0000000\0", b"0000000\0", b"%011o\0" % size, b"00000000000\0",
-        b" " * 8,  # the checksum counts its own field as spaces
-        b"0",  # regular file
-        b"\0" * 100, b"ustar\x0000", b"\0" * 32, b"\0" * 32, b"\0" * 8, b"\0" * 8, b"\0" * 155, b"\0" * 12,
-    ])
-    return head[:148] + b"%06o\0 " % sum(head) + head[156:]
-
-
-class _NpyHeaders:
-    """The .npy header (format 1.0) of each (dtype, shape), computed once: the member is header + raw
-    bytes, exactly what numpy.save writes for a C-contiguous array."""
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str, tuple[int, ...]], bytes] = {}
-
-    def encode(self, array: np.ndarray) -> bytes:
-        key = (array.dtype.str, array.shape)
-        header = self._cache.get(key)
-        if header is None:
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.zeros(array.shape, array.dtype), version=(1, 0), allow_pickle=False)
-            header = self._cache[key] = buf.getvalue()[: buf.tell() - array.nbytes]
-        return header + np.ascontiguousarray(array).tobytes()
-
-
-class WebDatasetShardWriter:
-    """A POSIX (ustar) tar with one member group per sample, in sample order; every member's metadata is
-    fixed (mtime 0, uid/gid 0, no user names, mode 0644) so a rebuild is byte-identical."""
-
-    def __init__(self, staged: StagedDir, fmt_dir: str, name: str, shard: int, header: ShardSetHeader):
-        self._dtype = header.token_dtype
-        self._shard = shard
-        self._sample = 0
-        self._rel = f"{name}.tar"
-        self._out = HashedOutput(staged, f"{fmt_dir}/{self._rel}")
-        self._npy = _NpyHeaders()
-
-    def add(self, run: ShardSamples) -> None:
-        tokens = run.tokens.astype(self._dtype, copy=False)
-        seqlens = run.seqlens.astype("<i4", copy=False)
-        parts: list[bytes] = []
-        for i in range(run.samples):
-            key = f"{self._shard:05d}_{self._sample:07d}"
-            members = [("input_ids", tokens[i]), ("seqlens", seqlens[run.seqptr[i] : run.seqptr[i + 1]])]
-            if run.loss_mask is not None:
-                members.append(("loss_mask", run.loss_mask[i]))
-            for field, array in members:
-                data = self._npy.encode(array)
-                parts += [ustar_header(f"{key}.{field}.npy", len(data)), data, b"\0" * (-len(data) % _TAR_BLOCK)]
-            self._sample += 1
-        self._out.write(b"".join(parts))  # one write per run: ~8 MiB for 1024 samples of 2048 tokens
-
-    def close(self) -> dict[str, dict]:
-        # end of archive: two zero blocks, then zeros to a whole record (as tarfile and GNU tar do)
-        end = 2 * _TAR_BLOCK
-        self._out.write(b"\0" * (end + (-(self._out.size + end) % _TAR_RECORD)))
-        return {"data": self._out.entry(self._rel)}
-
-
-_FILE_WRITERS = {"flat": FlatShardWriter, "parquet": ParquetShardWriter, "webdataset": WebDatasetShardWriter}
 
 
 def gather_samples(
@@ -302,9 +124,12 @@ class ShardGroupWriter:
         self._owner = owner
         self._pending: list[tuple[ShardSamples, pa.Array]] = []
         self._pending_samples = 0
-        self._files: dict[str, ShardFileWriter] | None = None
+        header = owner.header.set_header()
+        self._writers: dict[str, SetWriter] = {
+            fmt: REGISTRY[fmt].open_set(owner.staged, fmt, self._prefix, header) for fmt in owner.formats}
         self._shard_runs_docs: list[pa.Array] = []
         self._shard_stats = {"samples": 0, "tokens": 0, "loss_tokens": 0}
+        self._closed_shards: list[dict] = []  # per shard: name, samples, tokens, loss_tokens, documents
         self.shards: dict[str, list[dict]] = {fmt: [] for fmt in owner.formats}
         self.documents: list[pa.Array] = []  # every segment's document id: the set's distinct count
         self.closed = False
@@ -346,13 +171,9 @@ class ShardGroupWriter:
         rest = joined.samples - count
         self._pending = [_take(joined, docs, count, joined.samples)] if rest else []
         self._pending_samples = rest
-        if self._files is None:
-            number = len(self.shards[self._owner.formats[0]])
-            name = f"{self._prefix}/shard-{number:05d}"
-            o = self._owner
-            self._files = {f: _FILE_WRITERS[f](o.staged, f, name, number, o.header) for f in o.formats}
-        for writer in self._files.values():
-            writer.add(head)
+        number = len(self._closed_shards)
+        for writer in self._writers.values():
+            writer.add(head, number)
         self._shard_runs_docs.append(head_docs)
         self._shard_stats["samples"] += head.samples
         self._shard_stats["tokens"] += head.token_count
@@ -361,15 +182,11 @@ class ShardGroupWriter:
             self._close_shard()
 
     def _close_shard(self) -> None:
-        number = len(self.shards[self._owner.formats[0]])
-        name = f"{self._prefix}/shard-{number:05d}"
+        name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
         docs = pa.chunked_array(self._shard_runs_docs, pa.string())
-        stats = {"name": name, **self._shard_stats, "documents": pc.count_distinct(docs).as_py()}
-        for fmt, writer in self._files.items():
-            files = writer.close()
-            self.shards[fmt].append({**stats, "files": files, "bytes": sum(f["bytes"] for f in files.values())})
+        self._closed_shards.append({"name": name, **self._shard_stats, "documents": pc.count_distinct(docs).as_py()})
         self.documents.extend(self._shard_runs_docs)
-        self._files, self._shard_runs_docs = None, []
+        self._shard_runs_docs = []
         self._shard_stats = {"samples": 0, "tokens": 0, "loss_tokens": 0}
 
     def close(self) -> None:
@@ -377,8 +194,15 @@ class ShardGroupWriter:
             return
         if self._pending_samples:
             self._flush(self._pending_samples)
-        if self._files is not None:
+        if self._shard_stats["samples"]:
             self._close_shard()
+        for fmt, writer in self._writers.items():
+            files = writer.close_set()
+            if len(files) != len(self._closed_shards):
+                raise ShardSetError(f"{fmt} wrote {len(files)} shards for {self._prefix}, "
+                                    f"expected {len(self._closed_shards)}")
+            self.shards[fmt] = [{**stats, "files": f, "bytes": sum(e["bytes"] for e in f.values())}
+                                for stats, f in zip(self._closed_shards, files, strict=True)]
         self.closed = True
 
     def set_entry(self, fmt: str) -> dict:
@@ -397,9 +221,10 @@ class ShardSetWriter:
     """Shards of every (split, source) in every configured format, and one index.json per format."""
 
     def __init__(self, staged: StagedDir, formats: list[str], header: ShardSetHeader, samples_per_shard: int):
-        unknown = [f for f in formats if f not in FORMATS]
+        unknown = [f for f in formats if f not in REGISTRY]
         if unknown or not formats:
-            raise ShardSetError(f"formats must be a non-empty subset of {list(FORMATS)}, got {formats}")
+            raise ShardSetError(f"formats must be a non-empty subset of the registered {list(FORMATS)}, "
+                                f"got {formats}")
         if samples_per_shard < 1:
             raise ShardSetError(f"samples_per_shard must be positive, got {samples_per_shard}")
         dtype = header.token_dtype
@@ -413,7 +238,7 @@ class ShardSetWriter:
 
     def group(self, split: str, source: str) -> ShardGroupWriter:
         for what, value in (("split", split), ("source", source)):
-            if not _NAME_RE.match(value):
+            if not SOURCE_NAME_RE.match(value):
                 raise ShardSetError(f"{what} {value!r} cannot name a shard directory (pattern {SOURCE_NAME_PATTERN})")
         key = (split, source)
         if key in self._groups:
@@ -441,6 +266,6 @@ class ShardSetWriter:
                 "pieces": pieces,
                 "efficiency": round(tokens / (samples * self.header.seq_len), 6) if samples else 0.0,
             }
-            self.staged.write_bytes(f"{fmt}/{INDEX_NAME}", index_bytes(index))
+            self.staged.write_bytes(f"{fmt}/{SHARD_INDEX_FILE}", index_bytes(index))
             indexes[fmt] = index
         return indexes

@@ -226,7 +226,8 @@ def _plant_removal_tables(root: Path) -> None:
                              "bytes": [180]}, schema=CLEANING_EXCLUSIONS_SCHEMA), clean / "_exclusions.parquet")
     dedup = root / "deduplicated_documents" / "_all"
     dedup.mkdir(parents=True)
-    pq.write_table(pa.table({"id": ["copy-doc"], "rule": ["near_duplicate"], "value": [0.91], "kept_id": ["web-001"]},
+    pq.write_table(pa.table({"id": ["copy-doc"], "rule": ["near_duplicate"], "value": ["0.91"], "bytes": [None],
+                             "kept_id": ["web-001"], "similarity": [0.91]},
                             schema=DEDUP_EXCLUSIONS_SCHEMA), dedup / "_exclusions.parquet")
     pq.write_table(pa.table({"cluster_id": ["web-001"], "kept_id": ["web-001"], "kept_source": ["code"],
                              "removed_id": ["copy-doc"], "removed_source": ["web"], "similarity": [0.91],

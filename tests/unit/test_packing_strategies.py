@@ -384,7 +384,7 @@ def test_settings_defaults_and_canonical_formats():
 @pytest.mark.parametrize("data, message", [
     ({"formats": []}, "at least one shard format"),
     ({"formats": ["flat", "flat"]}, "format listed more than once: flat"),
-    ({"formats": ["tfrecord"]}, "Input should be 'flat', 'parquet' or 'webdataset'"),
+    ({"formats": ["tfrecord"]}, "unknown shard format 'tfrecord'; registered: flat, parquet, webdataset"),
     ({"strategy": "bfd"}, "Input should be 'best_fit_decreasing'"),
     ({"overlong": "truncate"}, "Input should be 'split' or 'filter'"),
     ({"seq_len": 1}, "greater than or equal to 2"),

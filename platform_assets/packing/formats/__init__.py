@@ -1,0 +1,31 @@
+"""The registry of shard formats: one module per format, one line here.
+
+Adding a format (say `lance`) is a module `packing/formats/lance.py` that defines `FORMAT =
+ShardFormat("lance", 1, open_set, read, layout)` and one line below; nothing else names a format
+(settings validate against this registry, the stage writes and verifies every registered format it is
+configured with, index.json gets the format's declared layout). See SHARD_FORMAT.md.
+"""
+
+from __future__ import annotations
+
+from platform_assets.packing.formats import flat, parquet, webdataset
+from platform_assets.packing.formats.base import SetHeader, ShardFormat
+from platform_assets.packing.samples import ShardSetError
+
+REGISTRY: dict[str, ShardFormat] = {f.name: f for f in (
+    flat.FORMAT,
+    parquet.FORMAT,
+    webdataset.FORMAT,
+)}
+FORMATS: tuple[str, ...] = tuple(REGISTRY)
+"""Registered format names, in registry order (the order sets are written and indexes listed)."""
+
+
+def get_format(name: str) -> ShardFormat:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ShardSetError(f"unknown shard format {name!r}; registered: {', '.join(FORMATS)}") from None
+
+
+__all__ = ["FORMATS", "REGISTRY", "SetHeader", "ShardFormat", "get_format"]

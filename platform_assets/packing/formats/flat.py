@@ -1,0 +1,98 @@
+"""`flat`: headerless little-endian files per shard, memory-mapped by the loader with np.memmap.
+
+Per shard: `tokens` [samples, seq_len] token_dtype, `seqlens` int32 (all segments), `seqptr` int64
+[samples + 1] (segments of sample i are seqlens[seqptr[i]:seqptr[i+1]]), and `mask` uint8
+[samples, seq_len] when the set has a loss mask. No headers: dtype and shape come from index.json.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from platform_assets.packing.formats.base import (
+    FileEntries,
+    FilePerShardSetWriter,
+    HashedOutput,
+    SetHeader,
+    ShardFormat,
+    column,
+)
+from platform_assets.packing.samples import ShardSamples, ShardSetError
+from platform_assets.storage import StagedDir
+
+NAME = "flat"
+
+
+class FlatShardWriter:
+    """The three or four files of one shard, streamed and hashed as runs arrive."""
+
+    def __init__(self, staged: StagedDir, fmt_dir: str, name: str, shard: int, header: SetHeader):
+        self._dtype = header.token_dtype
+        roles = ["tokens", "seqlens", "seqptr"] + (["mask"] if header.has_loss_mask else [])
+        self._rels = {r: f"{name}.{r}.bin" for r in roles}
+        self._out = {r: HashedOutput(staged, f"{fmt_dir}/{rel}") for r, rel in self._rels.items()}
+        self._segments = 0
+        self._out["seqptr"].write(np.zeros(1, "<i8"))
+
+    def add(self, run: ShardSamples) -> None:
+        self._out["tokens"].write(np.ascontiguousarray(run.tokens, dtype=self._dtype))
+        self._out["seqlens"].write(np.ascontiguousarray(run.seqlens, dtype="<i4"))
+        self._out["seqptr"].write(np.ascontiguousarray(run.seqptr[1:] + self._segments, dtype="<i8"))
+        self._segments += len(run.seqlens)
+        if "mask" in self._out:
+            self._out["mask"].write(np.ascontiguousarray(run.loss_mask, dtype=np.uint8))
+
+    def close(self) -> FileEntries:
+        return {r: self._out[r].entry(rel) for r, rel in self._rels.items()}
+
+
+def open_set(staged: StagedDir, fmt_dir: str, set_prefix: str, header: SetHeader) -> FilePerShardSetWriter:
+    return FilePerShardSetWriter(staged, fmt_dir, set_prefix, header, FlatShardWriter)
+
+
+def read(fs: pafs.FileSystem, base: str, index: dict, shard: dict) -> ShardSamples:
+    if not isinstance(fs, pafs.LocalFileSystem):
+        raise ShardSetError("the flat reader memory-maps local files only")
+    files, n, seq_len = shard["files"], shard["samples"], index["seq_len"]
+    dtype = np.dtype(index["token_dtype"])
+    tokens = np.memmap(f"{base}/{files['tokens']['path']}", dtype=dtype, mode="r", shape=(n, seq_len))
+    seqptr = np.memmap(f"{base}/{files['seqptr']['path']}", dtype="<i8", mode="r", shape=(n + 1,))
+    seqlens_path = f"{base}/{files['seqlens']['path']}"
+    # np.memmap refuses a zero-length file; a shard always has >= 1 segment, but keep the error clear
+    seqlens = np.memmap(seqlens_path, dtype="<i4", mode="r") if files["seqlens"]["bytes"] else np.zeros(0, "<i4")
+    mask = None
+    if index["has_loss_mask"]:
+        mask = np.memmap(f"{base}/{files['mask']['path']}", dtype=np.uint8, mode="r", shape=(n, seq_len))
+    return ShardSamples(tokens, seqlens, seqptr, mask)
+
+
+def check_file(index: dict, shard: dict, role: str, size: int) -> str | None:
+    """A flat file's size follows from its shape: a truncated or padded file is caught before reading."""
+    seq_len, samples = int(index["seq_len"]), shard["samples"]
+    expected = {"tokens": samples * seq_len * np.dtype(index["token_dtype"]).itemsize,
+                "mask": samples * seq_len, "seqptr": (samples + 1) * 8}.get(role)
+    if expected is not None and size != expected:
+        return f"{shard['files'][role]['path']}: {size} bytes, its shape needs {expected}"
+    return None
+
+
+def layout(header: SetHeader) -> dict:
+    dtype = header.token_dtype.name
+    files = [
+        column("tokens", dtype, "[samples, seq_len]", "input_ids of every sample, row-major",
+               f"raw little-endian {dtype}, no header: np.memmap(path, '{header.token_dtype.str}', 'r', "
+               "shape=(samples, seq_len))"),
+        column("seqlens", "int32", "[segments]", "segment lengths of all samples, concatenated",
+               "raw little-endian int32, no header"),
+        column("seqptr", "int64", "[samples + 1]", "segments of sample i are seqlens[seqptr[i]:seqptr[i+1]]",
+               "raw little-endian int64, no header"),
+    ]
+    if header.has_loss_mask:
+        files.append(column("mask", "uint8", "[samples, seq_len]", "loss_mask of every sample, row-major",
+                            "raw uint8, no header"))
+    return {"files_per_shard": [f["name"] for f in files], "columns": files,
+            "file_name": "<split>/<source>/shard-NNNNN.<column>.bin"}
+
+
+FORMAT = ShardFormat(NAME, 1, open_set, read, layout, check_file)
