@@ -11,13 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA as CLEANING_EXCLUSIONS_SCHEMA
+from platform_assets.contracts import IOSettings
 from platform_assets.dedup.deduplicator import DUPLICATES_SCHEMA
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA as DEDUP_EXCLUSIONS_SCHEMA
-from platform_assets.packing import stage as stage_module
+from platform_assets.packing import offline_pass, streaming_pass
 from platform_assets.packing.provenance import PROVENANCE_FILE, explain_document
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_index import FORMATS, load_index, read_shard_set, verify_shards
 from platform_assets.packing.stage import (
+    DEFAULT_MAX_TOKENS_IN_MEMORY,
     EXCLUSIONS_FILE,
     ConservationError,
     TokenizedInputError,
@@ -95,8 +97,8 @@ def _run(tmp_path: Path, rows: list[dict], name: str = "out", **kw):
     _write_tokenized(root, rows)
     storage = Storage(str(root))
     batch_rows = kw.pop("batch_rows", 8192)
-    max_tokens = kw.pop("max_tokens_in_memory", stage_module.DEFAULT_MAX_TOKENS_IN_MEMORY)
-    result = pack_outputs(storage, IN_REL, OUT_REL, _settings(**kw), TOKENIZER, batch_rows=batch_rows,
+    max_tokens = kw.pop("max_tokens_in_memory", DEFAULT_MAX_TOKENS_IN_MEMORY)
+    result = pack_outputs(storage, IN_REL, OUT_REL, _settings(**kw), TOKENIZER, io=IOSettings(batch_rows=batch_rows),
                           max_tokens_in_memory=max_tokens)
     return root, storage, result
 
@@ -288,7 +290,7 @@ def test_a_lost_piece_is_a_conservation_error_and_commits_nothing(tmp_path, monk
         seq_ptr = seq_ptr[np.concatenate(([True], np.diff(seq_ptr) > 0))]
         return Packing(p.seq_len, seq_ptr, p.piece_doc[:n], p.piece_start[:n], p.piece_len[:n], p.dropped)
 
-    monkeypatch.setattr(stage_module, "pack", lossy)
+    monkeypatch.setattr(offline_pass, "pack", lossy)
     with pytest.raises(ConservationError, match="neither packed nor dropped|cover"):
         pack_outputs(storage, IN_REL, OUT_REL, _settings(), TOKENIZER)
     assert json.loads((root / OUT_REL / "_manifest.json").read_text()) == before
@@ -337,13 +339,13 @@ def test_streaming_keeps_only_documents_of_open_sequences(tmp_path, monkeypatch)
     rows = [_row(f"doc-{i:03d}", "web", "train", [*rng.integers(0, EOS, int(rng.integers(19, 40))), EOS])
             for i in range(400)]
     held: list[tuple[int, int]] = []
-    emit = stage_module._StreamSet.emit
+    emit = streaming_pass.StreamSet.emit
 
     def spy(self, closed):
         emit(self, closed)
         held.append((len(self.docs), self.packer.n_open))
 
-    monkeypatch.setattr(stage_module._StreamSet, "emit", spy)
+    monkeypatch.setattr(streaming_pass.StreamSet, "emit", spy)
     _, _, result = _run(tmp_path, rows, strategy="streaming_best_fit", batch_rows=50)
     assert len(held) == 400 // 50 + 1  # one per batch, one for finish()
     assert all(docs <= open_ * (SEQ_LEN // 20) for docs, open_ in held)
@@ -363,13 +365,13 @@ def test_parts_per_set_layout_packs_the_same_and_each_pass_reads_its_own_parts(t
         pq.write_table(pa.Table.from_pylist([r for r in rows if (r["split"], r["source"]) == (split, source)],
                                             schema=TOKENIZED_SCHEMA), out / "part-00000.parquet")
     reads: list[tuple[str, tuple[str, ...]]] = []
-    read_batches = stage_module.read_batches
+    read_batches = offline_pass.read_batches
 
     def counting(storage, rel, columns=None, batch_rows=8192):
         reads.append((rel, tuple(columns or ())))
         return read_batches(storage, rel, columns, batch_rows)
 
-    monkeypatch.setattr(stage_module, "read_batches", counting)
+    monkeypatch.setattr(offline_pass, "read_batches", counting)
     per_set = pack_outputs(Storage(str(root)), IN_REL, OUT_REL, _settings(), TOKENIZER, max_tokens_in_memory=1)
     assert per_set.files == interleaved.files
     token_reads = sorted(rel for rel, columns in reads if "input_ids" in columns)

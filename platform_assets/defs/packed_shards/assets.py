@@ -4,12 +4,12 @@ import dagster as dg
 import pyarrow as pa
 
 from platform_assets.charts import bar_chart_markdown
+from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.metadata import arrow_table
 from platform_assets.defs.packed_shards.checks import PACKED_CHECKS, evaluate_packed_checks
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.layout import asset_dir
-from platform_assets.packing.stage import ConservationError, TokenizedInputError, pack_outputs
-from platform_assets.storage import MANIFEST_NAME, manifest_version
+from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.packing.stage import pack_outputs
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 
 
@@ -26,7 +26,7 @@ def tokenizer_files(storage, rel: str) -> dict[str, bytes]:
     version then holds everything a consumer needs to decode it (AutoTokenizer.from_pretrained)."""
     root = storage.path(rel)
     names = [e.path[len(root) + 1:] for e in storage.list_files(rel)]
-    return {f"tokenizer/{n}": storage.read_bytes(f"{rel}/{n}") for n in names if n != MANIFEST_NAME}
+    return {f"tokenizer/{n}": storage.read_bytes(f"{rel}/{n}") for n in names if n != MANIFEST_FILE}
 
 
 @dg.asset(
@@ -40,23 +40,19 @@ def tokenizer_files(storage, rel: str) -> dict[str, bytes]:
                 "sha256 per shard), plus provenance.parquet (which document piece is in which sample).",
 )
 def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    cfg = pipeline.config()
-    storage = pipeline.storage(cfg)
-    rel = asset_dir("packed_shards")
-    try:
-        info = tokenizer_info(storage, asset_dir("tokenizer"))
-        result = pack_outputs(storage, asset_dir("tokenized_documents"), rel, cfg.packing, info,
-                              cfg.io.batch_rows, cfg.packing.max_tokens_in_memory,
-                              extra_files=tokenizer_files(storage, asset_dir("tokenizer")))
-    except (TokenizedInputError, ConservationError, ValueError) as err:
-        raise dg.Failure(str(err)) from None
+    ctx = stage_context(pipeline, "packed_shards")
+    cfg, storage, rel = ctx.cfg, ctx.storage, ctx.rel
+    tokenizer_rel = ctx.input_dir("tokenizer")
+    # a ConservationError is a bug, not bad input: it keeps its traceback (USER_ERRORS do not hold it)
+    result = run_stage("packed_shards", lambda: pack_outputs(
+        storage, ctx.input_dir("tokenized_documents"), rel, cfg.packing, tokenizer_info(storage, tokenizer_rel),
+        cfg.io, cfg.packing.max_tokens_in_memory, extra_files=tokenizer_files(storage, tokenizer_rel)))
     totals = result.totals
     sets = pa.Table.from_pylist([s.as_dict() for s in result.sets])
     context.log.info(f"packed {totals.tokens} tokens into {totals.sequences} sequences "
                      f"({totals.efficiency:.4%} non-padding)")
-    data_bytes = sum(int(v["bytes"]) for k, v in result.files.items() if k != MANIFEST_NAME)
+    data_bytes = sum(int(v["bytes"]) for k, v in result.files.items() if k != MANIFEST_FILE)
     metadata = {
-        "uri": dg.MetadataValue.path(storage.uri(rel)),
         "formats": ", ".join(result.formats),
         "seq_len": cfg.packing.seq_len,
         "strategy": cfg.packing.strategy,
@@ -76,8 +72,4 @@ def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource)
             "sequences per split/source", [f"{s.split}/{s.source}" for s in result.sets],
             [s.sequences for s in result.sets])),
     }
-    return dg.MaterializeResult(
-        metadata=metadata,
-        data_version=dg.DataVersion(manifest_version(result.files)),
-        check_results=evaluate_packed_checks(storage, rel, result, cfg.packing),
-    )
+    return stage_result(ctx, result, metadata, evaluate_packed_checks(storage, rel, result, cfg.packing))

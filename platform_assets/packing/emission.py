@@ -1,0 +1,109 @@
+"""What both packing passes share once a set is packed: emitting its sequences (gather, shard writer,
+provenance), its statistics, its exclusions and the conservation check of its layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from platform_assets.contracts import exclusions_schema
+from platform_assets.packing.provenance import provenance_rows
+from platform_assets.packing.samples import ROWS_PER_ROW_GROUP
+from platform_assets.packing.shard_writers import ShardGroupWriter, ShardSetHeader, gather_samples
+from platform_assets.packing.strategies import Packing, verify_packing
+from platform_assets.packing.survey import ConservationError, PackSet
+
+OVERLONG_RULE = "overlong"
+
+# Documents packing dropped: the shared exclusion columns (value "5000 > 2048": the chunk's tokens
+# against seq_len; bytes null: tokenized_documents no longer carries the text, `tokens` says the
+# size), plus where the chunk was.
+EXCLUSIONS_SCHEMA = exclusions_schema("packing", (
+    pa.field("split", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("chunk", pa.int32(), nullable=False),
+    pa.field("tokens", pa.int64(), nullable=False),
+))
+
+
+@dataclass(frozen=True)
+class SetStats:
+    """One (split, source); `documents` are input rows, i.e. (document, chunk) pairs."""
+
+    split: str
+    source: str
+    seq_len: int
+    documents: int
+    pieces: int
+    sequences: int
+    tokens: int  # packed (non-padding) tokens
+    loss_tokens: int
+    documents_split: int  # in more than one piece
+    documents_dropped: int  # overlong="filter"
+    tokens_dropped: int
+
+    @property
+    def efficiency(self) -> float:
+        """Non-padding fraction of the sequences' positions."""
+        return self.tokens / (self.sequences * self.seq_len) if self.sequences else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"efficiency": round(self.efficiency, 6)}
+
+
+@dataclass
+class Emitter:
+    """Writes runs of a set's sequences to the shard writer and collects provenance."""
+
+    writer: ShardGroupWriter
+    header: ShardSetHeader
+    samples_per_shard: int
+    sequences: int = 0
+    provenance: list[pa.Table] = field(default_factory=list)
+
+    def emit(self, seq_ptr: np.ndarray, piece_src: np.ndarray, piece_len: np.ndarray, piece_start: np.ndarray,
+             values: np.ndarray, mask_values: np.ndarray | None, ids: pa.Array, chunks: np.ndarray) -> None:
+        """Sequences j (pieces seq_ptr[j]:seq_ptr[j+1]); piece p is values[piece_src[p]:][:piece_len[p]]."""
+        h = self.header
+        for a in range(0, len(seq_ptr) - 1, ROWS_PER_ROW_GROUP):
+            b = min(a + ROWS_PER_ROW_GROUP, len(seq_ptr) - 1)
+            p0, p1 = int(seq_ptr[a]), int(seq_ptr[b])
+            run = gather_samples(h.seq_len, h.pad_id, h.token_dtype, seq_ptr[a : b + 1] - p0, piece_src[p0:p1],
+                                 piece_len[p0:p1], values, mask_values)
+            self.writer.add(run, ids.slice(p0, p1 - p0))
+        self.provenance.append(provenance_rows(
+            self.writer.split, self.writer.source, self.samples_per_shard, self.sequences,
+            np.asarray(seq_ptr, np.int64), ids, chunks, piece_start, piece_len))
+        self.sequences += len(seq_ptr) - 1
+
+
+def exclusion_rows(s: PackSet, ids: list[str], chunks: list[int], lengths: list[int], seq_len: int) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "id": pa.array(ids, pa.string()),
+        "rule": pa.array([OVERLONG_RULE] * n, pa.string()),
+        "value": pa.array([f"{t} > {seq_len}" for t in lengths], pa.string()),
+        "bytes": pa.nulls(n, pa.int64()),
+        "split": pa.array([s.split] * n, pa.string()),
+        "source": pa.array([s.source] * n, pa.string()),
+        "chunk": pa.array(chunks, pa.int32()),
+        "tokens": pa.array(lengths, pa.int64()),
+    }, schema=EXCLUSIONS_SCHEMA)
+
+
+def set_stats(s: PackSet, packing: Packing, loss_tokens: int) -> SetStats:
+    return SetStats(
+        s.split, s.source, packing.seq_len, len(s.lengths), len(packing.piece_len), packing.n_sequences,
+        packing.tokens, loss_tokens, packing.documents_split, len(packing.dropped),
+        int(s.lengths[packing.dropped].sum()))
+
+
+def verify_set(s: PackSet, packing: Packing) -> None:
+    try:
+        verify_packing(packing, s.lengths)
+    except ValueError as e:
+        raise ConservationError(f"{s.name}: {e}") from e
+
+

@@ -1,0 +1,123 @@
+"""Offline packing strategies (best_fit_decreasing, first_fit_decreasing, first_fit, window, none):
+every length of a set is known before anything is placed (the survey), then the token lists of the
+sets of a pass are read into flat arrays -- 4 bytes per token (int32 ids; +1 byte with loss masks),
+sets read together while their tokens fit `max_tokens_in_memory` -- and each run of 1024 samples is
+gathered from them with numpy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from platform_assets.packing.emission import Emitter, SetStats, exclusion_rows, set_stats, verify_set
+from platform_assets.packing.settings import PackingSettings
+from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
+from platform_assets.packing.strategies import pack
+from platform_assets.packing.survey import PackSet, Survey, TokenizedInputError, describe, flatten
+from platform_assets.parquet_parts import part_files, read_batches
+from platform_assets.storage import Storage
+
+Packed = tuple[list[SetStats], list[pa.Table], list[pa.Table]]  # stats, provenance, exclusions per set
+
+
+def plan_passes(sets: list[PackSet], max_tokens: int) -> list[list[int]]:
+    """Consecutive sets whose tokens fit `max_tokens` together (a larger set is a pass by itself)."""
+    passes: list[list[int]] = []
+    held = 0
+    for i, s in enumerate(sets):
+        if passes and held + s.tokens <= max_tokens:
+            passes[-1].append(i)
+            held += s.tokens
+        else:
+            passes.append([i])
+            held = s.tokens
+    return passes
+
+
+@dataclass
+class _Held:
+    """A set's tokens in memory: document d is values[starts[d] : starts[d] + lengths[d]]."""
+
+    values: np.ndarray  # int32
+    masks: np.ndarray | None  # uint8, when the shard set has loss masks
+    starts: np.ndarray  # int64
+    next_doc: int = 0  # documents filled so far (they arrive in input order)
+
+
+def _parts(storage: Storage, rel: str) -> list[tuple[str, int]]:
+    """(path relative to the storage root, rows) of every part, in the order read_batches reads them."""
+    base = len(storage.path("")) + 1
+    out = []
+    for path in part_files(storage, rel):
+        with storage.fs.open_input_file(path) as f:
+            out.append((path[base:], pq.ParquetFile(f).metadata.num_rows))
+    return out
+
+
+def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], batch_rows: int,
+               vocab_size: int) -> dict[int, _Held]:
+    """The tokens (and masks) of the sets `members`. Parts holding none of their rows are not read:
+    tokenized_documents writes one directory of parts per set, so a pass reads its own sets only."""
+    has_mask = survey.has_loss_mask
+    held = {}
+    for i in members:
+        s = survey.sets[i]
+        held[i] = _Held(np.empty(s.tokens, np.int32), np.empty(s.tokens, np.uint8) if has_mask else None,
+                        np.cumsum(s.lengths) - s.lengths)
+    columns = ["input_ids"] + (["loss_mask"] if has_mask else [])
+    row = 0
+    for part, part_rows in _parts(storage, rel):
+        if not np.isin(survey.row_set[row : row + part_rows], members).any():
+            row += part_rows
+            continue
+        for batch in read_batches(storage, part, columns, batch_rows):
+            in_batch = survey.row_set[row : row + batch.num_rows]
+            for i in members:
+                rows = np.flatnonzero(in_batch == i)
+                if not rows.size:
+                    continue
+                s, h = survey.sets[i], held[i]
+                d0, d1 = h.next_doc, h.next_doc + rows.size
+                take = pa.array(rows)
+                flat, flat_mask = flatten(batch.column("input_ids").take(take),
+                                           batch.column("loss_mask").take(take) if has_mask else None,
+                                           s.lengths[d0:d1], s.loss_tokens[d0:d1], vocab_size,
+                                           lambda j, s=s, d0=d0: describe(s, d0 + j))
+                t0 = int(h.starts[d0])
+                h.values[t0 : t0 + flat.size] = flat
+                if h.masks is not None:
+                    h.masks[t0 : t0 + flat.size] = flat_mask
+                h.next_doc = d1
+            row += batch.num_rows
+    if row != len(survey.row_set):
+        raise TokenizedInputError(f"{rel} changed while being packed: {row} rows now, {len(survey.row_set)} before")
+    return held
+
+
+def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
+                  writer: ShardSetWriter, batch_rows: int, max_tokens: int) -> Packed:
+    stats, provenance, exclusions = [], [], []
+    for members in plan_passes(survey.sets, max_tokens):
+        held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size)
+        for i in members:
+            s = survey.sets[i]
+            h = held.pop(i)
+            packing = pack(s.lengths, settings.seq_len, settings.strategy, settings.overlong, settings.window,
+                           settings.max_open_sequences)
+            verify_set(s, packing)
+            emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard)
+            piece_ids = s.ids.take(pa.array(packing.piece_doc)).combine_chunks() if len(packing.piece_doc) else (
+                pa.array([], pa.string()))
+            emitter.emit(packing.seq_ptr, h.starts[packing.piece_doc] + packing.piece_start, packing.piece_len,
+                         packing.piece_start, h.values, h.masks, piece_ids, s.chunks[packing.piece_doc])
+            provenance.extend(emitter.provenance)
+            d = packing.dropped
+            exclusions.append(exclusion_rows(s, s.ids.take(pa.array(d)).to_pylist() if d.size else [],
+                                              s.chunks[d].tolist(), s.lengths[d].tolist(), settings.seq_len))
+            stats.append(set_stats(s, packing, int(s.loss_tokens.sum() - s.loss_tokens[d].sum())))
+    return stats, provenance, exclusions
+
+

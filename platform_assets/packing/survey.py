@@ -1,0 +1,166 @@
+"""The survey pass of packing: one read of tokenized_documents' small columns gives the (split, source)
+sets, each row's set and each document's length (and ids, for offline strategies); and the checked
+flattening of token lists into arrays that both packing passes use. Input that breaks the
+tokenized_documents contract raises TokenizedInputError naming the document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from platform_assets.parquet_parts import read_batches
+from platform_assets.storage import Storage
+
+
+class ConservationError(RuntimeError):
+    """Packing lost, duplicated or invented tokens: a bug, never a property of the input."""
+
+
+class TokenizedInputError(ValueError):
+    """The tokenized_documents input breaks its contract (the message names the document)."""
+
+
+@dataclass
+class PackSet:
+    split: str
+    source: str
+    lengths: np.ndarray  # int64 num_tokens per document (input row) of the set, in input order
+    loss_tokens: np.ndarray  # int64
+    ids: pa.ChunkedArray | None = None  # offline strategies only
+    chunks: np.ndarray | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}/{self.source}"
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+@dataclass
+class Survey:
+    sets: list[PackSet]  # sorted by (split, source)
+    row_set: np.ndarray  # int32 per input row: index into sets
+    has_loss_mask: bool
+
+
+def _no_nulls(batch: pa.RecordBatch, columns: list[str], rows_before: int) -> None:
+    for c in columns:
+        col = batch.column(c)
+        if col.null_count:
+            raise TokenizedInputError(f"tokenized_documents row {rows_before + _first_null(col)}: {c} is null")
+
+
+def survey(storage: Storage, rel: str, batch_rows: int, keep_ids: bool) -> Survey:
+    """One pass over the small columns: the sets, each row's set, lengths (and ids for offline packing)."""
+    columns = ["split", "source", "num_tokens", "loss_tokens"] + (["id", "chunk"] if keep_ids else [])
+    keys: dict[tuple[str, str], int] = {}
+    row_sets, lengths, loss, ids, chunks = [], [], [], [], []
+    rows = 0
+    for batch in read_batches(storage, rel, columns, batch_rows):
+        _no_nulls(batch, columns, rows)
+        split, source = batch.column("split").cast(pa.string()), batch.column("source").cast(pa.string())
+        encoded = pc.dictionary_encode(pc.binary_join_element_wise(split, source, "\x00"))
+        local = np.empty(len(encoded.dictionary), np.int32)
+        for i, key in enumerate(encoded.dictionary.to_pylist()):
+            local[i] = keys.setdefault(tuple(key.split("\x00")), len(keys))
+        row_sets.append(local[encoded.indices.to_numpy()])
+        n_tok = batch.column("num_tokens").to_numpy().astype(np.int64)
+        n_loss = batch.column("loss_tokens").to_numpy().astype(np.int64)
+        bad = np.flatnonzero((n_tok < 1) | (n_loss < 0) | (n_loss > n_tok))
+        if bad.size:
+            i = int(bad[0])
+            raise TokenizedInputError(f"tokenized_documents row {rows + i}: num_tokens {n_tok[i]}, loss_tokens "
+                                      f"{n_loss[i]} (need num_tokens >= 1, 0 <= loss_tokens <= num_tokens)")
+        lengths.append(n_tok)
+        loss.append(n_loss)
+        if keep_ids:
+            ids.append(batch.column("id").cast(pa.string()))
+            chunks.append(batch.column("chunk").to_numpy().astype(np.int32))
+        rows += batch.num_rows
+    if not rows:
+        raise TokenizedInputError(f"no tokenized documents under {rel}")
+    order = sorted(keys)
+    remap = np.empty(len(keys), np.int32)
+    for new, key in enumerate(order):
+        remap[keys[key]] = new
+    row_set = remap[np.concatenate(row_sets)]
+    all_len, all_loss = np.concatenate(lengths), np.concatenate(loss)
+    all_ids = pa.chunked_array(ids, pa.string()) if keep_ids else None
+    all_chunks = np.concatenate(chunks) if keep_ids else None
+    sets = []
+    for i, (split, source) in enumerate(order):
+        rows_i = np.flatnonzero(row_set == i)
+        s = PackSet(split, source, all_len[rows_i], all_loss[rows_i])
+        if keep_ids:
+            s.ids = all_ids.take(pa.array(rows_i))
+            s.chunks = all_chunks[rows_i]
+        sets.append(s)
+    return Survey(sets, row_set, bool(np.any(all_loss != all_len)))
+
+
+def _first_null(array: pa.Array) -> int:
+    return int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+
+
+def flatten(
+    input_ids: pa.Array,
+    loss_mask: pa.Array | None,
+    lengths: np.ndarray,
+    loss_tokens: np.ndarray,
+    vocab_size: int,
+    describe: Callable[[int], str],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows' tokens (int32) and masks (uint8; a null mask is all ones) end to end, checked against the
+    rows' num_tokens and loss_tokens and the vocabulary. `describe(i)` names row i in an error."""
+    if input_ids.null_count:
+        raise TokenizedInputError(f"{describe(_first_null(input_ids))}: input_ids is null")
+    lens = pc.list_value_length(input_ids).to_numpy().astype(np.int64)
+    bad = np.flatnonzero(lens != lengths)
+    if bad.size:
+        i = int(bad[0])
+        raise TokenizedInputError(f"{describe(i)}: {lens[i]} input_ids but num_tokens {lengths[i]}")
+    values = pc.list_flatten(input_ids).to_numpy()
+    if values.dtype.kind not in "iu":
+        raise TokenizedInputError(f"input_ids must be lists of integers, got {input_ids.type}")
+    starts = np.cumsum(lens) - lens
+    if values.size and (int(values.min()) < 0 or int(values.max()) >= vocab_size):
+        pos = int(np.argmax((values < 0) | (values >= vocab_size)))
+        i = int(np.searchsorted(starts, pos, side="right") - 1)
+        raise TokenizedInputError(f"{describe(i)}: token id {int(values[pos])} outside the vocabulary "
+                                  f"(vocab_size {vocab_size})")
+    values = values.astype(np.int32, copy=False)
+    if loss_mask is None:
+        return values, None
+    mask = np.ones(len(values), np.uint8)
+    valid = loss_mask.is_valid().to_numpy(zero_copy_only=False)
+    if valid.any():
+        given = loss_mask.filter(pa.array(valid))
+        given_lens = pc.list_value_length(given).to_numpy().astype(np.int64)
+        bad = np.flatnonzero(given_lens != lens[valid])
+        if bad.size:
+            i = int(np.flatnonzero(valid)[bad[0]])
+            raise TokenizedInputError(f"{describe(i)}: loss_mask has {given_lens[bad[0]]} entries, input_ids {lens[i]}")
+        within = np.arange(int(given_lens.sum()), dtype=np.int64)
+        dst = np.repeat(starts[valid] - (np.cumsum(given_lens) - given_lens), given_lens) + within
+        given_values = pc.list_flatten(given).to_numpy()
+        if given_values.size and (given_values.min() < 0 or given_values.max() > 1):
+            raise TokenizedInputError(f"loss_mask values must be 0 or 1 ({describe(0)} and its batch)")
+        mask[dst] = given_values
+    sums = np.add.reduceat(mask, starts, dtype=np.int64) if starts.size else np.zeros(0, np.int64)
+    bad = np.flatnonzero(sums != loss_tokens)
+    if bad.size:
+        i = int(bad[0])
+        raise TokenizedInputError(f"{describe(i)}: loss_mask has {sums[i]} ones but loss_tokens {loss_tokens[i]}")
+    return values, mask
+
+
+def describe(s: PackSet, doc: int) -> str:
+    if s.ids is not None:
+        return f"document {s.ids[doc].as_py()} chunk {int(s.chunks[doc])} ({s.name})"
+    return f"{s.name} document #{doc}"
