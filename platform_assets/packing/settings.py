@@ -7,11 +7,11 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from platform_assets.contracts import StrictModel
-from platform_assets.packing.formats import FORMATS
+from platform_assets.packing.formats import FORMATS, format_names
 from platform_assets.packing.pieces import Overlong
 from platform_assets.packing.strategies import Strategy
 
-SHARD_FORMATS: tuple[str, ...] = FORMATS  # the registry's (packing/formats/__init__.py)
+SHARD_FORMATS: tuple[str, ...] = FORMATS  # the shipped formats (packing/formats/__init__.py): the default
 
 
 class PackingSettings(StrictModel):
@@ -52,13 +52,14 @@ class PackingSettings(StrictModel):
     @field_validator("formats")
     @classmethod
     def _formats_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        registered = format_names()
         if not value:
-            raise ValueError(f"at least one shard format is needed: any of {', '.join(SHARD_FORMATS)}")
-        unknown = [f for f in value if f not in SHARD_FORMATS]
+            raise ValueError(f"at least one shard format is needed: any of {', '.join(registered)}")
+        unknown = [f for f in value if f not in registered]
         if unknown:
             raise ValueError(f"unknown shard format {', '.join(map(repr, unknown))}; "
-                             f"registered: {', '.join(SHARD_FORMATS)}")
+                             f"registered: {', '.join(registered)}")
         twice = sorted({f for f in value if value.count(f) > 1})
         if twice:
             raise ValueError(f"format listed more than once: {', '.join(twice)}")
-        return tuple(f for f in SHARD_FORMATS if f in value)
+        return tuple(f for f in registered if f in value)

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 import pyarrow.fs as pafs
 
 from platform_assets.contracts import MANIFEST_FILE, SHARD_INDEX_FILE
-from platform_assets.packing.formats import FORMATS, REGISTRY
+from platform_assets.packing.formats import FORMATS, REGISTRY, format_names
 from platform_assets.packing.samples import (
     ROWS_PER_ROW_GROUP,
     ShardSamples,
@@ -59,7 +59,7 @@ def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
         raise ShardSetError(f"{path}: missing keys {missing}")
     fmt = REGISTRY.get(index["format"])
     if fmt is None:
-        raise ShardSetError(f"{path}: unknown format {index['format']!r}, expected one of {FORMATS}")
+        raise ShardSetError(f"{path}: unknown format {index['format']!r}, expected one of {format_names()}")
     if index["format_version"] != fmt.version:
         raise ShardSetError(f"{path}: format_version {index['format_version']}, this reader knows {fmt.version}")
     return index

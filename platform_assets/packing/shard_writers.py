@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import SHARD_INDEX_FILE, SOURCE_NAME_PATTERN, SOURCE_NAME_RE
-from platform_assets.packing.formats import FORMATS, REGISTRY, SetHeader
+from platform_assets.packing.formats import REGISTRY, SetHeader, format_names
 from platform_assets.packing.formats.base import SetWriter
 from platform_assets.packing.samples import (
     ROWS_PER_ROW_GROUP,
@@ -221,9 +221,10 @@ class ShardSetWriter:
     """Shards of every (split, source) in every configured format, and one index.json per format."""
 
     def __init__(self, staged: StagedDir, formats: list[str], header: ShardSetHeader, samples_per_shard: int):
-        unknown = [f for f in formats if f not in REGISTRY]
+        registered = format_names()
+        unknown = [f for f in formats if f not in registered]
         if unknown or not formats:
-            raise ShardSetError(f"formats must be a non-empty subset of the registered {list(FORMATS)}, "
+            raise ShardSetError(f"formats must be a non-empty subset of the registered {list(registered)}, "
                                 f"got {formats}")
         if samples_per_shard < 1:
             raise ShardSetError(f"samples_per_shard must be positive, got {samples_per_shard}")
@@ -231,7 +232,7 @@ class ShardSetWriter:
         if not 0 <= header.pad_id <= np.iinfo(dtype).max:
             raise ShardSetError(f"pad_id {header.pad_id} does not fit the token dtype {dtype.name}")
         self.staged = staged
-        self.formats = sorted(set(formats), key=FORMATS.index)
+        self.formats = sorted(set(formats), key=registered.index)
         self.header = header
         self.samples_per_shard = samples_per_shard
         self._groups: dict[tuple[str, str], ShardGroupWriter] = {}

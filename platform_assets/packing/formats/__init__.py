@@ -18,14 +18,20 @@ REGISTRY: dict[str, ShardFormat] = {f.name: f for f in (
     webdataset.FORMAT,
 )}
 FORMATS: tuple[str, ...] = tuple(REGISTRY)
-"""Registered format names, in registry order (the order sets are written and indexes listed)."""
+"""The formats this package ships, in registry order."""
+
+
+def format_names() -> tuple[str, ...]:
+    """Every registered format, in registry order (the order formats are written and validated);
+    read at call time, so a format registered by a plugin or a test counts."""
+    return tuple(REGISTRY)
 
 
 def get_format(name: str) -> ShardFormat:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ShardSetError(f"unknown shard format {name!r}; registered: {', '.join(FORMATS)}") from None
+        raise ShardSetError(f"unknown shard format {name!r}; registered: {', '.join(format_names())}") from None
 
 
-__all__ = ["FORMATS", "REGISTRY", "SetHeader", "ShardFormat", "get_format"]
+__all__ = ["FORMATS", "REGISTRY", "SetHeader", "ShardFormat", "format_names", "get_format"]
