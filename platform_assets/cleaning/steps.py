@@ -29,8 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import rewrite_messages
-from platform_assets.contracts import exclusions_schema
-from platform_assets.contracts import chat_candidates
+from platform_assets.contracts import chat_candidates, exclusions_schema
 
 # One row per removed document: the shared exclusion columns (id, rule, value, bytes). `bytes` is the
 # document's UTF-8 size when it was removed (what the funnel counts).
