@@ -171,7 +171,7 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    from platform_assets.cleaning.quality_rules import QualityStep
+    from platform_assets.cleaning.quality.step import QualityStep
 
     # straight to Arrow: no Python strings held between batches (blocks must hold the longest line)
     table = pj.read_json(spec["sample"], read_options=pj.ReadOptions(block_size=64 * 2**20))
@@ -296,7 +296,7 @@ def check(ours: Record, peer: Record) -> None:
 BENCHMARK = Benchmark(
     name="cleaning_quality_rules",
     description="quality heuristics (Gopher repetition + Gopher quality + C4 + FineWeb), one core",
-    ours_label="platform_assets.cleaning.quality_rules.QualityStep (presets gopher_repetition, "
+    ours_label="platform_assets.cleaning.quality.step.QualityStep (presets gopher_repetition, "
                "gopher_quality, c4, fineweb; 8,192-row Arrow batches)",
     peer_label="datatrove GopherRepetitionFilter -> GopherQualityFilter -> C4QualityFilter -> "
                "FineWebQualityFilter (run() chain; nltk word_tokenize algorithm, untrained Punkt: offline)",

@@ -4,7 +4,8 @@ Rules, first match wins: ``empty`` (no text, or only whitespace), ``too_large`` 
 than `max_bytes`: "52428800 > 4194304"), ``binary`` (share of control characters / U+FFFD in the
 first `binary_sample_chars` characters above `max_binary_ratio`). Only the sample is examined for
 `binary`, so a 50 MB one-line document costs the same as a 64 KB one; RE2 (Arrow's regex engine)
-never backtracks.
+never backtracks. Only text and HTML documents are judged (`modalities`); a caption-less image is
+counted as skipped, not removed as empty.
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ class Guard(Step):
         s = self.settings
         text = batch.column("text")
         sizes = text_bytes(text)
+        in_scope = self._in_scope(batch)
         blank = pc.or_(pc.equal(pc.utf8_length(text), 0), pc.utf8_is_space(text)).to_pylist()
         sample = pc.utf8_slice_codeunits(text, 0, s.binary_sample_chars)
         bad = pc.count_substring_regex(sample, _BINARY_CHARS_RE2).to_pylist()
         sampled = pc.utf8_length(sample).to_pylist()
         drops: list[tuple[int, str, str | None]] = []
+        stats = StepStats(self.name)
         for i in range(batch.num_rows):
-            if blank[i] is None or blank[i]:
+            if in_scope is not None and not in_scope[i]:
+                stats.skipped += 1
+            elif blank[i] is None or blank[i]:
                 drops.append(
                     (i, self.rule("empty"), "null" if sizes[i] is None else f"{sizes[i]} bytes of whitespace")
                 )
@@ -48,6 +53,12 @@ class Guard(Step):
                 drops.append(
                     (i, self.rule("binary"), f"{fmt(bad[i] / sampled[i])} > {fmt(s.max_binary_ratio)}")
                 )
-        return assemble_result(
-            self, batch, drops, [x or 0 for x in sizes], stats=StepStats(self.name), started=started
-        )
+        return assemble_result(self, batch, drops, [x or 0 for x in sizes], stats=stats, started=started)
+
+    def _in_scope(self, batch: pa.RecordBatch) -> list[bool] | None:
+        """Per row: is its modality one the guard judges (None: every row is)."""
+        scope = self.settings.modalities
+        if scope is None or "modality" not in batch.schema.names:  # no column: text documents
+            return None
+        modality = batch.column("modality")
+        return pc.is_in(modality, value_set=pa.array(scope, modality.type)).fill_null(False).to_pylist()

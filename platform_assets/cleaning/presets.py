@@ -13,7 +13,7 @@ defaults (datatrove 0.10.1, ``datatrove/pipeline/filters/*``), which is what Fin
 
 One deliberate difference from datatrove: datatrove splits words with nltk/spaCy tokenizers (models to
 download); we split with one linear regex that also separates punctuation from words
-(:func:`platform_assets.cleaning.quality_rules.split_words`), so word counts and ratios match
+(:func:`platform_assets.cleaning.quality.text_view.split_words`), so word counts and ratios match
 datatrove's closely on space-delimited languages but not exactly. For scripts written without spaces
 (Chinese, Japanese, Thai) word-based rules are meaningless, which is why these English-calibrated sets
 apply to `languages: [en]` by default.

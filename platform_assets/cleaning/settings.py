@@ -3,7 +3,7 @@
 Strict like the rest of the config (unknown keys are errors, models are frozen). Every threshold is a
 field; `None` turns a single check off, ``enabled: false`` a whole step. Quality rule sets are a list
 of presets, each a mapping whose `preset` key picks the rule set and whose other keys override its
-published thresholds::
+published thresholds (the presets and their settings: `cleaning/quality/`, one module each)::
 
     cleaning:
       language: {allow: [en, de], min_score: 0.5}
@@ -22,14 +22,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from platform_assets.cleaning import presets
+from platform_assets.cleaning.quality import PRESET_SETTINGS, QualityPreset, fineweb_recipe, preset
+from platform_assets.cleaning.quality.base import ENGLISH, TEXT_SCOPE, Count, Langs, Ratio
+from platform_assets.cleaning.quality.c4 import C4Settings
+from platform_assets.cleaning.quality.code_ratio import CodeRatioSettings
+from platform_assets.cleaning.quality.custom import CustomSettings
+from platform_assets.cleaning.quality.fineweb import FineWebSettings
+from platform_assets.cleaning.quality.gopher_quality import GopherQualitySettings
+from platform_assets.cleaning.quality.gopher_repetition import GopherRepetitionSettings
+from platform_assets.cleaning.quality.length import LengthSettings
+from platform_assets.cleaning.quality.symbol_ratio import SymbolRatioSettings
+from platform_assets.contracts import StrictModel
 
-Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
-Count = Annotated[int, Field(ge=0)]
-Langs = tuple[str, ...] | None
-ENGLISH: tuple[str, ...] = ("en",)
+__all__ = [  # the preset settings are part of the `cleaning:` config; they live with their rules
+    "ENGLISH", "PRESET_SETTINGS", "C4Settings", "CodeRatioSettings", "Count", "CustomSettings", "FineWebSettings",
+    "GopherQualitySettings", "GopherRepetitionSettings", "Langs", "LengthSettings", "QualityPreset", "Ratio",
+    "SymbolRatioSettings", "fineweb_recipe", "preset",
+]
 
 # In the order the detectors run: most specific first (see pii.py)
 PiiType = Literal[
@@ -48,25 +59,16 @@ PiiType = Literal[
 PII_TYPES: tuple[str, ...] = get_args(PiiType)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Scoped(_Strict):
-    """A step that may be limited to some modalities and languages (None: all)."""
-
-    modalities: tuple[str, ...] | None = None
-    languages: Langs = None
-    """Apply only to documents whose `lang` (set by the language step) is listed."""
-
-
 # -- guard, HTML, normalisation -----------------------------------------------------------------------
 
 
-class GuardSettings(_Strict):
+class GuardSettings(StrictModel):
     """Cheap whole-column checks that run first, so that no later step sees a pathological document."""
 
     enabled: bool = True
+    modalities: tuple[str, ...] | None = TEXT_SCOPE
+    """Documents it judges: text and HTML. A media document (image, PDF page, audio) may have no text
+    at all, and that is not `empty`; its bytes are checked by its media room."""
     # The real text corpus: median 2.8 KB, p99 58 KB, largest 1.0 MB (13,825 docs). 4 MiB keeps every
     # real document and bounds the worst per-document cost of the Python steps (about 1 s at the
     # slowest step's ~5 MB/s); a 50 MB one-line document is removed here before any Python sees it.
@@ -78,7 +80,7 @@ class GuardSettings(_Strict):
     binary_sample_chars: Annotated[int, Field(gt=0)] = 65_536
 
 
-class HtmlSettings(_Strict):
+class HtmlSettings(StrictModel):
     """Main-text extraction (Resiliparse) for documents whose modality is `html`."""
 
     enabled: bool = True
@@ -98,7 +100,7 @@ class HtmlSettings(_Strict):
     """Keep user comment sections as main content."""
 
 
-class NormalizeSettings(_Strict):
+class NormalizeSettings(StrictModel):
     enabled: bool = True
     unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD"] | None = "NFC"
     """NFC keeps what the author typed (full-width forms, ligatures, superscripts); NFKC folds them."""
@@ -116,7 +118,7 @@ class NormalizeSettings(_Strict):
 # -- language -----------------------------------------------------------------------------------------
 
 
-class LanguageSettings(_Strict):
+class LanguageSettings(StrictModel):
     """Language identification with py3langid (model shipped in the wheel, 140 labels)."""
 
     enabled: bool = True
@@ -135,149 +137,10 @@ class LanguageSettings(_Strict):
     Wu as zh, Moroccan/Egyptian Arabic as ar, ... (without it, 16% of zh_TW paragraphs come out 'yue')."""
 
 
-# -- quality rule sets ---------------------------------------------------------------------------------
-
-
-class GopherQualitySettings(_Scoped):
-    preset: Literal["gopher_quality"] = "gopher_quality"
-    languages: Langs = ENGLISH
-    min_doc_words: Count | None = presets.GOPHER_QUALITY["min_doc_words"]
-    max_doc_words: Count | None = presets.GOPHER_QUALITY["max_doc_words"]
-    min_avg_word_length: float | None = presets.GOPHER_QUALITY["min_avg_word_length"]
-    max_avg_word_length: float | None = presets.GOPHER_QUALITY["max_avg_word_length"]
-    max_symbol_word_ratio: float | None = presets.GOPHER_QUALITY["max_symbol_word_ratio"]
-    max_bullet_lines_ratio: Ratio | None = presets.GOPHER_QUALITY["max_bullet_lines_ratio"]
-    max_ellipsis_lines_ratio: Ratio | None = presets.GOPHER_QUALITY["max_ellipsis_lines_ratio"]
-    min_alpha_words_ratio: Ratio | None = presets.GOPHER_QUALITY["min_alpha_words_ratio"]
-    min_stop_words: Count | None = presets.GOPHER_QUALITY["min_stop_words"]
-    stop_words: tuple[str, ...] = presets.GOPHER_STOP_WORDS
-    bullets: tuple[str, ...] = presets.GOPHER_BULLETS
-
-
-class GopherRepetitionSettings(_Scoped):
-    preset: Literal["gopher_repetition"] = "gopher_repetition"
-    languages: Langs = ENGLISH
-    dup_line_frac: Ratio | None = presets.GOPHER_REPETITION["dup_line_frac"]
-    dup_para_frac: Ratio | None = presets.GOPHER_REPETITION["dup_para_frac"]
-    dup_line_char_frac: Ratio | None = presets.GOPHER_REPETITION["dup_line_char_frac"]
-    dup_para_char_frac: Ratio | None = presets.GOPHER_REPETITION["dup_para_char_frac"]
-    top_n_grams: dict[Annotated[int, Field(ge=1, le=20)], Ratio] = Field(
-        default_factory=lambda: dict(presets.GOPHER_REPETITION["top_n_grams"])
-    )
-    dup_n_grams: dict[Annotated[int, Field(ge=1, le=20)], Ratio] = Field(
-        default_factory=lambda: dict(presets.GOPHER_REPETITION["dup_n_grams"])
-    )
-
-
-class C4Settings(_Scoped):
-    preset: Literal["c4"] = "c4"
-    languages: Langs = ENGLISH
-    remove_citations: bool = presets.C4["remove_citations"]
-    filter_no_terminal_punct: bool = presets.C4["filter_no_terminal_punct"]
-    min_num_sentences: Count | None = presets.C4["min_num_sentences"]
-    min_words_per_line: Count | None = presets.C4["min_words_per_line"]
-    max_word_length: Count | None = presets.C4["max_word_length"]
-    filter_lorem_ipsum: bool = presets.C4["filter_lorem_ipsum"]
-    filter_javascript: bool = presets.C4["filter_javascript"]
-    filter_curly_bracket: bool = presets.C4["filter_curly_bracket"]
-    filter_policy: bool = presets.C4["filter_policy"]
-
-
-class FineWebSettings(_Scoped):
-    preset: Literal["fineweb"] = "fineweb"
-    languages: Langs = ENGLISH
-    line_punct_thr: Ratio | None = presets.FINEWEB["line_punct_thr"]
-    line_punct_exclude_zero: bool = presets.FINEWEB["line_punct_exclude_zero"]
-    short_line_thr: Ratio | None = presets.FINEWEB["short_line_thr"]
-    short_line_length: Count = presets.FINEWEB["short_line_length"]
-    char_duplicates_ratio: Ratio | None = presets.FINEWEB["char_duplicates_ratio"]
-    new_line_ratio: float | None = presets.FINEWEB["new_line_ratio"]
-
-
-class LengthSettings(_Scoped):
-    """Plain length bounds (every language; characters are counted after normalisation)."""
-
-    preset: Literal["length"] = "length"
-    min_chars: Count | None = presets.LENGTH["min_chars"]
-    max_chars: Count | None = presets.LENGTH["max_chars"]
-    min_words: Count | None = presets.LENGTH["min_words"]
-    max_words: Count | None = presets.LENGTH["max_words"]
-    min_lines: Count | None = presets.LENGTH["min_lines"]
-    max_lines: Count | None = presets.LENGTH["max_lines"]
-
-
-class SymbolRatioSettings(_Scoped):
-    """Gopher's symbol-to-word rule on its own, with a configurable symbol list."""
-
-    preset: Literal["symbol_ratio"] = "symbol_ratio"
-    symbols: tuple[str, ...] = presets.SYMBOL_RATIO["symbols"]
-    max_symbol_word_ratio: float = presets.SYMBOL_RATIO["max_symbol_word_ratio"]
-
-
-class CodeRatioSettings(_Scoped):
-    """Remove prose documents that are mostly source code (lines that look like code)."""
-
-    preset: Literal["code_ratio"] = "code_ratio"
-    max_code_line_ratio: Ratio = presets.CODE_RATIO["max_code_line_ratio"]
-    min_lines: Count = presets.CODE_RATIO["min_lines"]
-
-
-class CustomSettings(_Scoped):
-    """A small set of our own: shouting, digit tables, link farms, undecodable leftovers."""
-
-    preset: Literal["custom"] = "custom"
-    max_uppercase_ratio: Ratio | None = presets.CUSTOM["max_uppercase_ratio"]
-    min_letters_for_case: Count = presets.CUSTOM["min_letters_for_case"]
-    max_digit_ratio: Ratio | None = presets.CUSTOM["max_digit_ratio"]
-    max_url_word_ratio: Ratio | None = presets.CUSTOM["max_url_word_ratio"]
-    max_replacement_char_ratio: Ratio | None = presets.CUSTOM["max_replacement_char_ratio"]
-
-
-QualityPreset = Annotated[
-    GopherQualitySettings
-    | GopherRepetitionSettings
-    | C4Settings
-    | FineWebSettings
-    | LengthSettings
-    | SymbolRatioSettings
-    | CodeRatioSettings
-    | CustomSettings,
-    Field(discriminator="preset"),
-]
-
-PRESET_SETTINGS: dict[str, type[_Scoped]] = {
-    "gopher_quality": GopherQualitySettings,
-    "gopher_repetition": GopherRepetitionSettings,
-    "c4": C4Settings,
-    "fineweb": FineWebSettings,
-    "length": LengthSettings,
-    "symbol_ratio": SymbolRatioSettings,
-    "code_ratio": CodeRatioSettings,
-    "custom": CustomSettings,
-}
-
-
-def preset(name: str, **overrides: object) -> _Scoped:
-    """A rule set's settings by preset name, e.g. ``preset("c4", filter_no_terminal_punct=False)``."""
-    try:
-        cls = PRESET_SETTINGS[name]
-    except KeyError:
-        raise ValueError(f"unknown quality preset {name!r} (known: {', '.join(PRESET_SETTINGS)})") from None
-    return cls(**overrides)
-
-
-def fineweb_recipe() -> list[QualityPreset]:
-    """FineWeb's filter sequence: Gopher repetition, Gopher quality, C4 (no punctuation filter), FineWeb."""
-    return [
-        preset(p["preset"], **{k: v for k, v in p.items() if k != "preset"})  # type: ignore[misc]
-        for p in presets.FINEWEB_RECIPE
-    ]
-
-
 # -- blocklist, PII -----------------------------------------------------------------------------------
 
 
-class BlocklistSettings(_Strict):
+class BlocklistSettings(StrictModel):
     enabled: bool = True
     modalities: tuple[str, ...] | None = None
     languages: Langs = None
@@ -288,7 +151,7 @@ class BlocklistSettings(_Strict):
     """Remove a document with more than this many matches (C4: any match, i.e. 0)."""
 
 
-class PiiSettings(_Strict):
+class PiiSettings(StrictModel):
     enabled: bool = True
     modalities: tuple[str, ...] | None = None
     types: tuple[PiiType, ...] = PII_TYPES
@@ -308,7 +171,7 @@ class PiiSettings(_Strict):
 # -- the stage ----------------------------------------------------------------------------------------
 
 
-class CleaningSettings(_Strict):
+class CleaningSettings(StrictModel):
     """Steps run in this order: guard, html, normalize, language, quality (in list order), blocklist, pii.
 
     Filters run before redaction so that redaction (the slowest regex work) only touches survivors and

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import rewrite_messages
-from platform_assets.contracts import chat_candidates, exclusions_schema
+from platform_assets.contracts import Counts, chat_candidates, exclusions_schema
+from platform_assets.schema import MEDIA_MODALITIES
 
 # One row per removed document: the shared exclusion columns (id, rule, value, bytes). `bytes` is the
 # document's UTF-8 size when it was removed (what the funnel counts).
@@ -76,8 +77,9 @@ class Doc:
 
 
 @dataclass
-class StepStats:
-    """What one step did to the documents it was given (summed over batches with :meth:`merge`)."""
+class StepStats(Counts):
+    """What one step did to the documents it was given (summed over batches with `merge`, which
+    contracts.Counts derives from the fields: numbers and Counters add, the step names must match)."""
 
     step: str
     docs_in: int = 0
@@ -105,20 +107,6 @@ class StepStats:
     @property
     def bytes_rewritten(self) -> int:
         return self.bytes_in - self.bytes_out - self.bytes_removed
-
-    def merge(self, other: StepStats) -> None:
-        if other.step != self.step:
-            raise ValueError(f"cannot merge stats of {other.step!r} into {self.step!r}")
-        self.docs_in += other.docs_in
-        self.docs_out += other.docs_out
-        self.bytes_in += other.bytes_in
-        self.bytes_out += other.bytes_out
-        self.skipped += other.skipped
-        self.modified += other.modified
-        self.removed_docs.update(other.removed_docs)
-        self.removed_bytes.update(other.removed_bytes)
-        self.counters.update(other.counters)
-        self.seconds += other.seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,7 +243,9 @@ class DocumentStep(Step):
     """A step written per document: subclasses implement :meth:`process`.
 
     `modalities` / `languages` limit the documents it applies to (None: all); the others pass through
-    unchanged and are counted as `skipped`. With ``on_error='exclude'`` an exception inside
+    unchanged and are counted as `skipped`, and so does a media document (image, PDF page, audio)
+    without text: its caption, page text or transcript is what text steps judge, and it has none.
+    With ``on_error='exclude'`` an exception inside
     :meth:`process` removes that document under rule ``<step>.error`` with the exception as value,
     instead of failing the whole batch: one odd document among millions must not stop a run, and the
     funnel shows it.
@@ -303,7 +293,8 @@ class DocumentStep(Step):
         texts: list[str] = text_col.to_pylist()
         ids: list[str] = batch.column("id").to_pylist()
         names = batch.schema.names
-        modalities = batch.column("modality").to_pylist() if "modality" in names else [None] * n
+        # documents schema batches always have `modality`; a batch without it is text
+        modalities = batch.column("modality").to_pylist() if "modality" in names else ["text"] * n
         langs = batch.column("lang").to_pylist() if "lang" in names else [None] * n
         added: dict[str, list[Any]] = {f.name: [None] * n for f in self.added_fields}
         drops: list[tuple[int, str, str | None]] = []
@@ -312,7 +303,7 @@ class DocumentStep(Step):
         metas, conversation_rows = self._chat_metas(batch)
         metas_changed = False
         for i in range(n):
-            if not self.applies(modalities[i], langs[i]):
+            if not self.applies(modalities[i], langs[i]) or (not texts[i] and modalities[i] in MEDIA_MODALITIES):
                 stats.skipped += 1
                 continue
             doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i])

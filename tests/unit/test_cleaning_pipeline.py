@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from platform_assets.cleaning import EXCLUSIONS_SCHEMA, CleaningPipeline, CleaningSettings, build_pipeline
 from platform_assets.cleaning.guard import Guard
 from platform_assets.cleaning.pipeline import exclusion_counts
-from platform_assets.cleaning.quality_rules import QualityStep
+from platform_assets.cleaning.quality.step import QualityStep
 from platform_assets.cleaning.settings import GopherQualitySettings, LengthSettings
 from platform_assets.cleaning.steps import DocumentStep
 from platform_assets.schema import DOCUMENTS_SCHEMA
@@ -262,3 +262,36 @@ def test_steps_can_be_switched_off():
     p = build_pipeline(s)
     assert [st.name for st in p.steps] == ["guard"]
     assert p.output_schema(DOCUMENTS_SCHEMA) == DOCUMENTS_SCHEMA
+
+
+def test_steps_are_scoped_by_modality_and_media_without_text_is_skipped_not_dropped():
+    """A caption-less image, audio clip or PDF page is never `guard.empty`; prose rules judge text and
+    HTML only; a caption still goes through language ID, the blocklist and PII redaction."""
+    settings = CleaningSettings(quality=[{"preset": "gopher_quality"}, {"preset": "length"}])
+    pipeline = build_pipeline(settings)
+    caption = "A golden retriever lying on the grass; write to jane.doe@example.com for the photo."
+    texts = [PROSE, "", "", "", caption, ""]
+    modalities = ["text", "image", "audio", "pdf", "image", "text"]
+    r = pipeline.process_batch(batch(texts, modalities))
+    kept = dict(zip(r.kept.column("id").to_pylist(), r.kept.column("text").to_pylist(), strict=True))
+    assert set(kept) == {"d0", "d1", "d2", "d3", "d4"}  # only the empty *text* document is removed
+    assert dict(zip(r.exclusions.column("id").to_pylist(), r.exclusions.column("rule").to_pylist(),
+                    strict=True)) == {"d5": "guard.empty"}
+    assert kept["d4"] == caption.replace("jane.doe@example.com", "<EMAIL>")  # PII reaches captions
+    assert r.kept.column("lang").to_pylist()[4] == "en"  # so does language ID
+    stats = {s.step: s for s in pipeline.funnel().steps}
+    assert stats["guard"].skipped == 4  # the four media documents: not the guard's to judge
+    assert stats["quality"].skipped == 4  # prose rules: text and HTML only (the caption too)
+    assert stats["language"].skipped == 3  # media without text: nothing to identify
+    pipeline.funnel().check()
+
+
+def test_a_funnel_that_does_not_add_up_raises_even_under_python_O():
+    from platform_assets.cleaning.pipeline import Funnel, FunnelError
+    from platform_assets.cleaning.steps import StepStats
+
+    broken = Funnel([StepStats("guard", docs_in=10, docs_out=9, bytes_in=100, bytes_out=90),
+                     StepStats("pii", docs_in=8, docs_out=8, bytes_in=90, bytes_out=90)])
+    with pytest.raises(FunnelError,
+                       match="guard: docs in 10 != out 9 \\+ removed 0.*pii: docs in 8 != guard's docs out 9"):
+        broken.check()

@@ -13,24 +13,20 @@ import pytest
 from document_batches import documents_batch
 
 from platform_assets.cleaning import presets
-from platform_assets.cleaning.quality_rules import (
-    C4,
-    CodeRatio,
-    Custom,
-    FineWeb,
-    GopherQuality,
-    GopherRepetition,
-    Length,
-    QualityStep,
-    SymbolRatio,
-    TextView,
-    _dup_ngram_chars,
-    _group,
-    _ngram_levels,
-    _top_ngram_chars,
-    count_sentences,
-    split_words,
-)
+from platform_assets.cleaning.quality.c4 import C4, count_sentences
+from platform_assets.cleaning.quality.code_ratio import CodeRatio
+from platform_assets.cleaning.quality.custom import Custom
+from platform_assets.cleaning.quality.fineweb import FineWeb
+from platform_assets.cleaning.quality.gopher_quality import GopherQuality
+from platform_assets.cleaning.quality.gopher_repetition import GopherRepetition
+from platform_assets.cleaning.quality.length import Length
+from platform_assets.cleaning.quality.ngrams import dup_ngram_chars as _dup_ngram_chars
+from platform_assets.cleaning.quality.ngrams import group as _group
+from platform_assets.cleaning.quality.ngrams import ngram_levels as _ngram_levels
+from platform_assets.cleaning.quality.ngrams import top_ngram_chars as _top_ngram_chars
+from platform_assets.cleaning.quality.step import QualityStep
+from platform_assets.cleaning.quality.symbol_ratio import SymbolRatio
+from platform_assets.cleaning.quality.text_view import TextView, split_words
 from platform_assets.cleaning.settings import (
     C4Settings,
     CleaningSettings,

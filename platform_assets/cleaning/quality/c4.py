@@ -1,0 +1,124 @@
+"""C4 rules (Raffel et al. 2020, section 2.2; c4_utils.py; numbers in presets.C4): lines without terminal
+punctuation, short lines, javascript and policy lines removed; lorem ipsum, curly brackets and too few
+sentences drop the page."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Literal
+
+from platform_assets.cleaning import presets
+from platform_assets.cleaning.quality.base import ENGLISH, Count, Langs, Preset, RuleSet, ScopedSettings
+from platform_assets.cleaning.quality.text_view import TextView
+from platform_assets.cleaning.steps import Drop
+
+
+class C4Settings(ScopedSettings):
+    preset: Literal["c4"] = "c4"
+    languages: Langs = ENGLISH
+    remove_citations: bool = presets.C4["remove_citations"]
+    filter_no_terminal_punct: bool = presets.C4["filter_no_terminal_punct"]
+    min_num_sentences: Count | None = presets.C4["min_num_sentences"]
+    min_words_per_line: Count | None = presets.C4["min_words_per_line"]
+    max_word_length: Count | None = presets.C4["max_word_length"]
+    filter_lorem_ipsum: bool = presets.C4["filter_lorem_ipsum"]
+    filter_javascript: bool = presets.C4["filter_javascript"]
+    filter_curly_bracket: bool = presets.C4["filter_curly_bracket"]
+    filter_policy: bool = presets.C4["filter_policy"]
+
+
+# A sentence boundary inside a line: terminal punctuation (a run, with closing quotes/brackets) then
+# whitespace. The lookbehind starts a match only at the first character of a punctuation run.
+_SENTENCE_END_RE = re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+\s")
+# The same boundary, not followed by a newline: on lines joined with "\n", the boundaries inside them
+_INNER_SENTENCE_END_RE = re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+[^\S\n]")
+_CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
+
+
+def count_sentences(line: str) -> int:
+    """Sentences in one line: 1 + inner boundaries (nltk's punkt would also skip abbreviations)."""
+    return 1 + len(_SENTENCE_END_RE.findall(line)) if line.strip() else 0
+
+
+class C4(RuleSet):
+    """Raffel et al. 2020, 2.2 (see presets.C4). Removes lines, so it rewrites the text it keeps."""
+
+    preset = "c4"
+    s: C4Settings
+
+    def __init__(self, settings: C4Settings | None = None):
+        super().__init__(settings or C4Settings())
+        s = self.s
+        # "a word longer than max_word_length": a run of that many + 1 non-spaces that starts a word
+        # (the lookbehind keeps the search linear: it is not retried inside a long run)
+        self._long_word_re = (
+            re.compile(rf"(?<!\S)\S{{{s.max_word_length + 1}}}") if s.max_word_length is not None else None
+        )
+        # len(line.split(None, k)) < min_words_per_line  <=>  the line has fewer words: no full split
+        self._min_words_split = s.min_words_per_line - 1 if s.min_words_per_line else None
+        self._phrases = (
+            (("lorem ipsum",) if s.filter_lorem_ipsum else ())
+            + (("javascript",) if s.filter_javascript else ())
+            + (presets.C4_POLICY_SUBSTRINGS if s.filter_policy else ())
+        )
+
+    def check(self, view: TextView, counters: Counter[str]) -> Drop | str | None:
+        s, text = self.s, view.text
+        kept: list[str] = []
+        removed: Counter[str] = Counter()
+        end_punct = presets.C4_END_PUNCTUATION
+        long_word, max_word = self._long_word_re, s.max_word_length
+        min_words, split_at = s.min_words_per_line or 0, self._min_words_split
+        cite = s.remove_citations and "[" in text
+        # Lines only need lower-casing if the document holds one of the phrases at all (citations
+        # removed first, as per line: a line's lower-cased text is a substring of the document's).
+        phrases = self._phrases
+        if phrases:
+            low_text = (_CITATION_RE.sub("", text) if cite else text).lower()
+            phrases = tuple(p for p in phrases if p in low_text)
+        curly = s.filter_curly_bracket and "{" in text
+        for raw in view.lines:
+            line = raw.strip()
+            # no word can be longer than its line: the search only runs on very long lines
+            if long_word is not None and len(line) > max_word and long_word.search(line):
+                removed["too_long_word"] += 1
+                continue
+            n_words_ok = split_at is None or len(line.split(None, split_at)) >= min_words  # before citations
+            if cite and "[" in line:
+                line = _CITATION_RE.sub("", line)
+            if s.filter_no_terminal_punct and (
+                not line.endswith(end_punct) or line.endswith(presets.C4_ELLIPSIS)
+            ):
+                removed["no_terminal_punct"] += 1
+                continue
+            if not n_words_ok:
+                removed["too_few_words"] += 1
+                continue
+            if phrases:
+                low = line.lower()
+                if s.filter_lorem_ipsum and "lorem ipsum" in low:
+                    return Drop(f"{self.preset}.lorem_ipsum", line[:80])
+                if s.filter_javascript and "javascript" in low:
+                    removed["javascript"] += 1
+                    continue
+            if curly and "{" in line:
+                return Drop(f"{self.preset}.curly_bracket", line[:80])
+            if phrases and s.filter_policy and any(p in low for p in presets.C4_POLICY_SUBSTRINGS):
+                removed["policy"] += 1
+                continue
+            kept.append(line)
+        joined = "\n".join(kept)
+        if s.min_num_sentences is not None:
+            # count_sentences summed over the kept lines, in one pass: each non-blank line is one
+            # sentence plus its inner boundaries (a boundary never spans the joining newlines)
+            sentences = sum(map(bool, map(str.strip, kept))) + len(_INNER_SENTENCE_END_RE.findall(joined))
+            if d := self.drop_below("too_few_sentences", sentences, s.min_num_sentences):
+                return d
+        for reason, n in removed.items():
+            counters[f"{self.preset}.lines_removed.{reason}"] += n
+        new_text = joined.strip()
+        return new_text if new_text != text else None
+
+
+PRESET = Preset("c4", C4Settings, C4)

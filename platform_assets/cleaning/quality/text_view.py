@@ -1,0 +1,148 @@
+"""One document's text as the quality rules see it: tokens (words and punctuation), the distinct
+tokens with counts, word figures and lines, each computed on first use and shared by every rule set,
+so the text is tokenised once per document, not once per rule set (tokenising is the dominant cost:
+~15-20 MB/s, where ``str.split`` runs at ~60 MB/s)."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from itertools import count
+from operator import itemgetter
+from typing import NamedTuple
+
+import numpy as np
+import regex
+
+# A word is a run of word characters (letters with their combining marks, digits, '_'), possibly joined
+# by - ' ’ . (state-of-the-art, don't, 3.14, e.g); a run of other non-space characters is one
+# punctuation token ("," "..." "=====" ".)"). That splits punctuation off words as nltk's word_tokenize
+# (datatrove's) does, in one linear pass: the joiners are not word characters, so `(?:[-'’.]\w+)*`
+# cannot backtrack (nothing after it can fail: the greedy match is the longest, as a possessive one
+# would be, and `regex` runs the greedy form ~10% faster), and `[^\w\s]+` is a single character class.
+# The `regex` module because `re`'s \w leaves out combining marks and so cuts Devanagari or Thai words
+# into pieces.
+_TOKEN_RE = regex.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]+")
+# The same tokens for ASCII text (most documents), with `re`: ~1.5x faster than `regex` here. The
+# classes are spelt out because `re`'s \s also matches \x1c-\x1f, which `regex`'s does not.
+_ASCII_TOKEN_RE = re.compile(r"[0-9A-Za-z_]+(?:[-'.][0-9A-Za-z_]+)*+|[^0-9A-Za-z_\t\n\x0b\x0c\r ]+")
+_WORD_START_RE = regex.compile(r"\w")
+_FIRST_CHAR = itemgetter(0)
+_ASCII_WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
+
+
+def split_words(text: str) -> list[str]:
+    """Words and punctuation tokens, e.g. "Hello, world..." -> ["Hello", ",", "world", "..."]."""
+    return (_ASCII_TOKEN_RE if text.isascii() else _TOKEN_RE).findall(text)
+
+
+class Vocab(NamedTuple):
+    """The distinct tokens of a text and where each occurs."""
+
+    tokens: list[str]
+    """Distinct tokens, in order of first appearance."""
+    ids: np.ndarray
+    """int64, one per token of the text: its index in `tokens`."""
+    counts: np.ndarray
+    """How often each distinct token occurs."""
+    lengths: np.ndarray
+    """Each distinct token's length in characters."""
+    first: np.ndarray
+    """Each distinct token's first position."""
+
+
+class WordStats(NamedTuple):
+    """Word-level figures of a text (words: tokens that are not punctuation or symbols)."""
+
+    count: int
+    chars: int
+    distinct: list[str]
+    """Distinct words, in order of first appearance."""
+    distinct_counts: np.ndarray
+
+
+class TextView:
+    """Derived views of one text, each computed on first use and shared by the rule sets.
+
+    The text is tokenised once; per-word figures are computed over the distinct tokens (a few
+    thousand in a long document) and weighted by their counts, not word by word.
+    """
+
+    __slots__ = ("text", "__dict__")
+
+    def __init__(self, text: str):
+        self.text = text
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        return split_words(self.text)
+
+    @cached_property
+    def vocab(self) -> Vocab:
+        tokens = self.tokens
+        n = len(tokens)
+        # One C loop over the tokens (map over dict.setdefault): each token's first position...
+        index: dict[str, int] = {}
+        first = np.fromiter(map(index.setdefault, tokens, count()), dtype=np.int64, count=n)
+        # ...then dense ids, numbered in order of first appearance
+        is_first = first == np.arange(n)
+        ids = (np.cumsum(is_first) - 1)[first]
+        distinct = list(index)
+        lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+        counts = np.bincount(ids, minlength=len(distinct))
+        return Vocab(distinct, ids, counts, lengths, np.flatnonzero(is_first))
+
+    @cached_property
+    def word_stats(self) -> WordStats:
+        vocab = self.vocab
+        n = len(vocab.tokens)
+        # a token is a word iff it starts with a word character (punctuation tokens have none): a set
+        # lookup of the first character for ASCII ones, the regex for the others
+        initials = list(map(_FIRST_CHAR, vocab.tokens))
+        is_word = np.fromiter(map(_ASCII_WORD_CHARS.__contains__, initials), dtype=bool, count=n)
+        if not "".join(initials).isascii():
+            for i, c in enumerate(initials):
+                if not c.isascii():
+                    is_word[i] = _WORD_START_RE.match(c) is not None
+        counts = vocab.counts[is_word]
+        return WordStats(
+            int(counts.sum()),
+            int(counts @ vocab.lengths[is_word]),
+            [t for t, w in zip(vocab.tokens, is_word.tolist(), strict=True) if w],
+            counts,
+        )
+
+    @cached_property
+    def words(self) -> list[str]:
+        """Tokens that are words (not punctuation or symbols), in order."""
+        # inlined test (a function call per token costs more than the rest of the loop)
+        match = _WORD_START_RE.match
+        return [t for t in self.tokens if t[0].isalnum() or t[0] == "_" or (not t[0].isascii() and match(t))]
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    @cached_property
+    def nonblank_lines(self) -> list[str]:
+        return list(filter(str.strip, self.text.split("\n")))
+
+
+def duplicates(items: list[str]) -> tuple[int, int]:
+    """(number of repeated elements, characters in them), counting every occurrence after the first."""
+    distinct = set(items)
+    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
+
+
+def split_lines(text: str) -> list[str]:
+    """re.split(r"\n+", text), which datatrove uses, from str.split (~3x faster): the pieces between
+    runs of newlines, and an empty piece at either end that starts or ends with one."""
+    parts = text.split("\n")
+    if len(parts) == 1:
+        return parts
+    lines = list(filter(None, parts))
+    if not parts[0]:
+        lines.append("")  # only counts matter to the checks, not where the empty piece is
+    if not parts[-1]:
+        lines.append("")
+    return lines
