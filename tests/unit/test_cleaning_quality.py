@@ -528,3 +528,20 @@ def test_quality_is_bounded_on_pathological_documents():
     assert time.perf_counter() - start < 15.0
     assert r.stats.docs_in == len(docs) and r.stats.docs_removed == len(docs)
     assert "quality.error" not in r.stats.removed_docs
+
+
+def test_every_registered_preset_is_a_config_key_with_its_own_module():
+    """The registry is the one list of presets: each is accepted by the `cleaning:` config under its
+    name, builds its rule set, and lives in the module of the same name."""
+    import importlib
+
+    from platform_assets.cleaning.quality import REGISTRY, rule_set
+
+    assert list(REGISTRY) == ["gopher_quality", "gopher_repetition", "c4", "fineweb", "length", "symbol_ratio",
+                              "code_ratio", "custom"]
+    for name, entry in REGISTRY.items():
+        settings = CleaningSettings(quality=[{"preset": name}]).quality[0]
+        assert type(settings) is entry.settings and rule_set(settings).preset == name
+        assert importlib.import_module(f"platform_assets.cleaning.quality.{name}").PRESET is entry
+    with pytest.raises(ValueError, match="does not match any of the expected tags"):
+        CleaningSettings(quality=[{"preset": "toxicity"}])
