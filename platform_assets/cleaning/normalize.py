@@ -75,15 +75,6 @@ _CONTROL_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CODEP
 
 # Line breaks to "\n", space separators to " " (NBSP, en/em spaces, thin spaces, ...). The ideographic
 # space U+3000 is kept: in CJK text it is a full-width character with its own width, not a space.
-_LINE_BREAKS = {
-    "\r\n": "\n",
-    "\r": "\n",
-    "\x0b": "\n",
-    "\x0c": "\n",
-    "\x85": "\n",
-    "\u2028": "\n",
-    "\u2029": "\n",
-}
 _SPACES_RE = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f]")
 _LINE_BREAK_RE = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
 _INNER_SPACES_RE = re.compile(r"(?<![ \t])[ \t]{2,}")  # starts only at a run's first character: linear

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
+from platform_assets.contracts import MESSAGES_KEY, StrictModel
 from platform_assets.ingest.records import Rejected
 from platform_assets.schema import QuarantineReason
 
@@ -34,10 +35,8 @@ ROLE_ALIASES = {
 }
 
 
-class ChatFields(BaseModel):
+class ChatFields(StrictModel):
     """Where a source keeps its conversations: `messages_field`, or prompt + response columns."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     messages_field: str | None = None
     """A list of messages; each has `role` (or `from`) and `content` (or `value`)."""
@@ -118,5 +117,5 @@ def chat_record(record: dict[str, Any], chat: ChatFields, meta_fields: list[str]
     used = chat.used_fields()
     keys = [k for k in record if k not in used] if meta_fields is None else [k for k in meta_fields if k not in used]
     meta = {k: record[k] for k in keys}
-    meta["messages"] = messages
+    meta[MESSAGES_KEY] = messages
     return render_chat_text(messages), meta
