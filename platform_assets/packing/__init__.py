@@ -10,4 +10,9 @@ broken token-conservation rule), `streaming.StreamingBestFit(seq_len, max_open_s
 Modules: pieces (documents -> pieces, overlong split/filter, input checks), capacity_set (the
 remaining-room index behind best fit), placement (best-fit and first-fit loops), strategies (the
 strategies and the Packing result), streaming (bounded-memory best fit), settings (config).
+The stage: survey (the survey pass), offline_pass / streaming_pass (packing and reading tokens),
+emission (sequences to shards, stats, exclusions), stage (orchestration and commit), provenance.
+The shard set: samples (the samples model), formats/ (the registry: one module per format),
+shard_writers (runs cut at row-group and shard boundaries, every format's set writer, index.json),
+shard_index (loading, verifying and reading back a shard set).
 """

@@ -60,8 +60,14 @@ def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
     fmt = REGISTRY.get(index["format"])
     if fmt is None:
         raise ShardSetError(f"{path}: unknown format {index['format']!r}, expected one of {format_names()}")
-    if index["format_version"] != fmt.version:
-        raise ShardSetError(f"{path}: format_version {index['format_version']}, this reader knows {fmt.version}")
+    # A major version is refused unless known; any minor of it is read (minors only add keys, and
+    # unknown keys are ignored: SHARD_FORMAT.md, "Compatibility policy").
+    version, minor = index["format_version"], index.get("format_minor", 0)
+    if isinstance(version, bool) or version != fmt.version:  # true == 1 in Python, not in an index
+        raise ShardSetError(f"{path}: {index['format']} format_version {version!r}, this reader reads "
+                            f"{fmt.version} (any format_minor)")
+    if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
+        raise ShardSetError(f"{path}: format_minor must be an integer >= 0, got {minor!r}")
     return index
 
 

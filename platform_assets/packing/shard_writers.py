@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.contracts import SHARD_INDEX_FILE, SOURCE_NAME_PATTERN, SOURCE_NAME_RE
+from platform_assets.contracts import SHARD_INDEX_FILE, SOURCE_NAME_PATTERN, SOURCE_NAME_RE, Counts
 from platform_assets.packing.formats import REGISTRY, SetHeader, format_names
 from platform_assets.packing.formats.base import SetWriter
 from platform_assets.packing.samples import (
@@ -53,6 +53,7 @@ class ShardSetHeader:
         return {
             "format": fmt,
             "format_version": REGISTRY[fmt].version,
+            "format_minor": REGISTRY[fmt].minor,
             "layout": REGISTRY[fmt].layout(self.set_header()),
             "seq_len": self.seq_len,
             "token_dtype": self.token_dtype.name,
@@ -116,6 +117,15 @@ def _take(run: ShardSamples, docs: pa.Array, start: int, stop: int) -> tuple[Sha
     return part, docs.slice(lo, hi - lo)
 
 
+@dataclass
+class ShardCounts(Counts):
+    """What a shard holds so far, merged run by run; its fields are the shard entry's counts."""
+
+    samples: int = 0
+    tokens: int = 0  # non-padding
+    loss_tokens: int = 0
+
+
 class ShardGroupWriter:
     """The shards of one (split, source): shard k holds samples [k * samples_per_shard, ...)."""
 
@@ -128,7 +138,7 @@ class ShardGroupWriter:
         self._writers: dict[str, SetWriter] = {
             fmt: REGISTRY[fmt].open_set(owner.staged, fmt, self._prefix, header) for fmt in owner.formats}
         self._shard_runs_docs: list[pa.Array] = []
-        self._shard_stats = {"samples": 0, "tokens": 0, "loss_tokens": 0}
+        self._shard_counts = ShardCounts()
         self._closed_shards: list[dict] = []  # per shard: name, samples, tokens, loss_tokens, documents
         self.shards: dict[str, list[dict]] = {fmt: [] for fmt in owner.formats}
         self.documents: list[pa.Array] = []  # every segment's document id: the set's distinct count
@@ -160,7 +170,7 @@ class ShardGroupWriter:
 
     def _room(self) -> int:
         """Samples until the next row-group or shard boundary."""
-        in_shard = self._shard_stats["samples"]
+        in_shard = self._shard_counts.samples
         return min(ROWS_PER_ROW_GROUP - in_shard % ROWS_PER_ROW_GROUP, self._owner.samples_per_shard - in_shard)
 
     def _flush(self, count: int) -> None:
@@ -175,26 +185,25 @@ class ShardGroupWriter:
         for writer in self._writers.values():
             writer.add(head, number)
         self._shard_runs_docs.append(head_docs)
-        self._shard_stats["samples"] += head.samples
-        self._shard_stats["tokens"] += head.token_count
-        self._shard_stats["loss_tokens"] += head.loss_tokens
-        if self._shard_stats["samples"] == self._owner.samples_per_shard:
+        self._shard_counts.merge(ShardCounts(head.samples, head.token_count, head.loss_tokens))
+        if self._shard_counts.samples == self._owner.samples_per_shard:
             self._close_shard()
 
     def _close_shard(self) -> None:
         name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
         docs = pa.chunked_array(self._shard_runs_docs, pa.string())
-        self._closed_shards.append({"name": name, **self._shard_stats, "documents": pc.count_distinct(docs).as_py()})
+        self._closed_shards.append({"name": name, **self._shard_counts.as_dict(),
+                                    "documents": pc.count_distinct(docs).as_py()})
         self.documents.extend(self._shard_runs_docs)
         self._shard_runs_docs = []
-        self._shard_stats = {"samples": 0, "tokens": 0, "loss_tokens": 0}
+        self._shard_counts = ShardCounts()
 
     def close(self) -> None:
         if self.closed:
             return
         if self._pending_samples:
             self._flush(self._pending_samples)
-        if self._shard_stats["samples"]:
+        if self._shard_counts.samples:
             self._close_shard()
         for fmt, writer in self._writers.items():
             files = writer.close_set()

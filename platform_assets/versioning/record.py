@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from platform_assets.contracts import SHARD_INDEX_FILE
 from platform_assets.versioning.dvc_repo import DatasetVersion
 
 VERSION_FILE = "version.json"
 
 
 def shard_totals(shards_dir: Path) -> dict[str, int | float]:
-    """Samples, tokens and documents of the version, from the first format's index present."""
-    for fmt in ("flat", "parquet", "webdataset"):
-        index = shards_dir / fmt / "index.json"
-        if index.is_file():
-            totals = json.loads(index.read_text()).get("totals", {})
-            return {k: totals[k] for k in ("samples", "tokens", "documents", "efficiency") if k in totals}
+    """Samples, tokens and documents of the version, from the first format's index (by name): every
+    format holds the same samples (the `formats_agree` check), so any index has the same totals."""
+    for index in sorted(shards_dir.glob(f"*/{SHARD_INDEX_FILE}")):
+        totals = json.loads(index.read_text()).get("totals", {})
+        return {k: totals[k] for k in ("samples", "tokens", "documents", "efficiency") if k in totals}
     return {}
 
 
@@ -26,6 +26,6 @@ def version_record(version: DatasetVersion, shards_uri: str, remote_url: str | N
         **version.as_dict(),
         "remote_url": remote_url,
         "shards_uri": shards_uri,
-        "formats": sorted(p.parent.name for p in shards_dir.glob("*/index.json")),
+        "formats": sorted(p.parent.name for p in shards_dir.glob(f"*/{SHARD_INDEX_FILE}")),
         "totals": shard_totals(shards_dir),
     }

@@ -40,9 +40,23 @@ def test_index_is_read_as_written(shards):
     assert reader.sources == ("code", "prose") and reader.sizes.tolist() == [3, 3]
 
 
+def test_any_minor_version_is_read_and_unknown_keys_are_ignored(shards):
+    """1.0 (no format_minor, no layout), 1.1 (the platform's, with layout) and a later minor with keys
+    this loader has never seen all read the same."""
+    v10 = read_flat_index(shards.flat)
+    for minor in (1, 7):
+        _edit_index(shards.flat, lambda d, m=minor: d.update(format_minor=m, layout={"columns": []}, added={"x": 1}))
+        later = read_flat_index(shards.flat)
+        assert (later.seq_len, later.token_dtype, later.has_loss_mask, later.sets) == (
+            v10.seq_len, v10.token_dtype, v10.has_loss_mask, v10.sets)
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(format="parquet"), r"\.format: expected 'flat', got 'parquet'"),
     (lambda d: d.update(format_version=2), r"\.format_version: this loader reads version 1, got 2"),
+    (lambda d: d.update(format_version=True), r"\.format_version: this loader reads version 1, got True"),
+    (lambda d: d.update(format_minor=-1), r"\.format_minor: expected an int >= 0, got -1"),
+    (lambda d: d.update(format_minor="1"), r"\.format_minor: expected an int >= 0, got '1'"),
     (lambda d: d.pop("seq_len"), r": missing key 'seq_len'"),
     (lambda d: d.update(seq_len="16"), r"\.seq_len: expected int, got str '16'"),
     (lambda d: d.update(token_dtype="int8"), r"\.token_dtype: expected one of \['uint16', 'uint32'\]"),

@@ -168,6 +168,97 @@ def test_index_counts_and_layout(written):
     assert raw == json.dumps(json.loads(raw), indent=1, sort_keys=True)
 
 
+def _shape(declared: str, samples: int, seq_len: int) -> tuple[int, ...]:
+    """A declared shape ("[samples, seq_len]", "[samples + 1]", "[segments]") as numbers (-1: segments)."""
+    dims = {"samples": samples, "seq_len": seq_len, "samples + 1": samples + 1, "segments": -1}
+    return tuple(dims[d.strip()] for d in declared.strip("[]").split(","))
+
+
+def _decode_by_layout(fmt_dir: Path, index: dict, shard: dict) -> dict[str, list[np.ndarray]]:
+    """A shard decoded from what its index.json declares, as a reader that never saw this code would:
+    numpy for raw files, pyarrow for Parquet, tarfile + numpy.load for tars. Column -> its arrays: one
+    per sample, or for `flat` the one array of the shard's file."""
+    layout, n, seq_len = index["layout"], shard["samples"], index["seq_len"]
+    assert set(layout) == {"container", "file_name", "files", "columns"}
+    assert set(layout["files"]) == set(shard["files"])
+    columns = layout["columns"]
+    out: dict[str, list[np.ndarray]] = {}
+    if index["format"] == "flat":
+        for col in columns:
+            raw = (fmt_dir / shard["files"][col["name"]]["path"]).read_bytes()
+            assert "little-endian" in col["encoding"] or col["dtype"] == "uint8"
+            dtype = np.dtype(col["dtype"]).newbyteorder("<")
+            out[col["name"]] = [np.frombuffer(raw, dtype).reshape(_shape(col["shape"], n, seq_len))]
+        return out
+    if index["format"] == "parquet":
+        table = pq.read_table(fmt_dir / shard["files"]["data"]["path"])
+        assert table.schema.names == [c["name"] for c in columns]
+        for col in columns:
+            assert table.schema.field(col["name"]).type == pa.list_(pa.from_numpy_dtype(np.dtype(col["dtype"])))
+            out[col["name"]] = [np.array(v, col["dtype"]) for v in table[col["name"]].to_pylist()]
+    else:
+        shard_number = shard["name"].rsplit("-", 1)[1]
+        member = {(i, c["name"]): f"{shard_number}_{i:07d}.{c['name']}.npy" for i in range(n) for c in columns}
+        with tarfile.open(fmt_dir / shard["files"]["data"]["path"]) as tar:
+            assert [m.name for m in tar.getmembers()] == list(member.values())
+            for col in columns:
+                name = col["name"]
+                out[name] = [np.load(io.BytesIO(tar.extractfile(member[i, name]).read())) for i in range(n)]
+                assert {a.dtype for a in out[name]} == {np.dtype(col["dtype"]).newbyteorder("<")}
+    for col in columns:  # a sample's own arrays: [seq_len], or [segments] (-1: any length)
+        shape = _shape(col["shape"], n, seq_len)
+        assert all(a.shape == shape or (shape == (-1,) and a.ndim == 1) for a in out[col["name"]])
+    return out
+
+
+def test_index_json_layout_alone_decodes_every_format(written):
+    """Each index.json declares its columns and encodings well enough to decode a shard without this code."""
+    root, runs, _ = written
+    want = _expected(runs[("train", "web")])
+    for fmt in FORMATS:
+        index = load_index(str(root / fmt))
+        samples = {"tokens": [], "seqlens": [], "mask": []}
+        for shard in index["sets"][0]["shards"]:
+            cols = _decode_by_layout(root / fmt, index, shard)
+            if fmt == "flat":
+                (tokens,), (seqlens,), (seqptr,), (mask,) = (cols[c] for c in ("tokens", "seqlens", "seqptr", "mask"))
+                samples["tokens"] += list(tokens)
+                samples["seqlens"] += [seqlens[seqptr[i] : seqptr[i + 1]] for i in range(shard["samples"])]
+                samples["mask"] += list(mask)
+            else:
+                for ours, theirs in (("tokens", "input_ids"), ("seqlens", "seqlens"), ("mask", "loss_mask")):
+                    samples[ours] += cols[theirs]
+        assert len(samples["tokens"]) == want.samples
+        for i in range(want.samples):
+            assert samples["tokens"][i].tolist() == want.tokens[i].tolist(), (fmt, i)
+            assert samples["seqlens"][i].tolist() == want.sample_seqlens(i).tolist(), (fmt, i)
+            assert samples["mask"][i].tolist() == want.loss_mask[i].tolist(), (fmt, i)
+
+
+def test_any_minor_of_the_format_version_is_read_another_major_refused(written, tmp_path):
+    root, _, _ = written
+    for fmt in FORMATS:
+        index = load_index(str(root / fmt))
+        assert (index["format_version"], index["format_minor"]) == (1, 1) and "layout" in index
+        copy = tmp_path / fmt
+        shutil.copytree(root / fmt, copy)
+        # 1.0: the same files, an index without format_minor and layout; a later minor adds a key
+        v10 = {k: v for k, v in index.items() if k not in ("format_minor", "layout")}
+        for edited in (v10, index | {"format_minor": 9, "added_later": {"x": 1}}):
+            (copy / "index.json").write_text(json.dumps(edited))
+            for (_, _, old), (_, _, new) in zip(read_shard_set(str(copy)), read_shard_set(str(root / fmt)),
+                                                strict=True):
+                _assert_same(old, new)
+        for version in (2, True):
+            (copy / "index.json").write_text(json.dumps(index | {"format_version": version}))
+            with pytest.raises(ShardSetError, match=rf"{copy}/index.json: {fmt} format_version {version}, this "
+                                                    r"reader reads 1 \(any format_minor\)"):
+                load_index(str(copy))
+        (copy / "index.json").write_text(json.dumps(index | {"format_minor": -1}))
+        with pytest.raises(ShardSetError, match="format_minor must be an integer >= 0, got -1"):
+            load_index(str(copy))
+
+
 def _shard_counts(index: dict) -> list[dict]:
     """Every shard's counts: the same in every format (only files and bytes differ)."""
     return [{k: v for k, v in s.items() if k not in ("files", "bytes")} for e in index["sets"] for s in e["shards"]]

@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 FORMAT = "flat"
+# The major version read. Any `format_minor` of it is read: a minor only adds index keys (1.1 added
+# `layout`, the declaration of the files' columns and encodings) and keys this loader does not know
+# are ignored. A format_version other than this one is refused.
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 TOKEN_DTYPES: dict[str, type[np.unsignedinteger]] = {"uint16": np.uint16, "uint32": np.uint32}
@@ -172,9 +175,13 @@ def read_flat_index(data_dir: str | Path) -> FlatIndex:
     if doc.get("format") != FORMAT:
         raise ShardIndexError(f"{where}.format: expected {FORMAT!r}, got {doc.get('format')!r} "
                               f"(the loader reads the flat format dir)")
-    if doc.get("format_version") != FORMAT_VERSION:
+    version = doc.get("format_version")
+    if isinstance(version, bool) or version != FORMAT_VERSION:  # true == 1 in Python, not in an index
         raise ShardIndexError(f"{where}.format_version: this loader reads version {FORMAT_VERSION}, "
-                              f"got {doc.get('format_version')!r}")
+                              f"got {version!r}")
+    minor = doc.get("format_minor", 0)  # absent: an index written before minors were counted (1.0)
+    if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
+        raise ShardIndexError(f"{where}.format_minor: expected an int >= 0, got {minor!r}")
     seq_len = _need(doc, "seq_len", int, where)
     if seq_len <= 0:
         raise ShardIndexError(f"{where}.seq_len: must be > 0, got {seq_len}")

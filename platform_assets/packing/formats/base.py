@@ -137,17 +137,32 @@ class ShardFormat:
 
     name: str
     version: int
-    """Of the format's on-disk layout: index.json's `format_version` (see SHARD_FORMAT.md, policy)."""
+    """index.json's `format_version`, the major version: it changes only when a reader of the old one
+    would misread the new files, and readers refuse one they do not know (SHARD_FORMAT.md,
+    "Compatibility policy")."""
     open_set: Callable[[StagedDir, str, str, SetHeader], SetWriter]
     """(staged, format dir, set prefix `<split>/<source>`, header) -> the set's writer."""
     read: Reader
     layout: Callable[[SetHeader], dict[str, Any]]
     check_file: Callable[[dict, dict, str, int], str | None] = no_file_checks
+    minor: int = 0
+    """index.json's `format_minor`: counts additions within `version` (keys a new reader may rely on,
+    files unchanged); every reader of the major version accepts any minor, ignoring what it does not
+    know. An index without `format_minor` is minor 0."""
 
 
 def column(name: str, dtype: str, shape: str, meaning: str, encoding: str) -> dict[str, str]:
-    """One declared column of a format's samples, as index.json lists it."""
+    """One declared column of a format's samples, as index.json lists it. `dtype` is a numpy/Arrow
+    primitive name (uint16, int32, ...); `shape` is in terms of `samples` (of the shard), `seq_len` and
+    `segments` (of the sample, or of the shard for a per-shard array)."""
     return {"name": name, "dtype": dtype, "shape": shape, "meaning": meaning, "encoding": encoding}
+
+
+def declared_layout(container: str, file_name: str, files: list[str], columns: list[dict[str, str]]) -> dict:
+    """index.json's `layout`, the same four keys for every format: how a shard's file is built
+    (`container`), where it lies (`file_name`, relative to the index), the roles of each shard entry's
+    `files` and the columns with their encodings."""
+    return {"container": container, "file_name": file_name, "files": files, "columns": columns}
 
 
 def sample_columns(header: SetHeader, encodings: dict[str, str],

@@ -17,6 +17,7 @@ from platform_assets.packing.formats.base import (
     SetHeader,
     ShardFormat,
     column,
+    declared_layout,
 )
 from platform_assets.packing.samples import ShardSamples, ShardSetError
 from platform_assets.storage import StagedDir
@@ -84,15 +85,17 @@ def layout(header: SetHeader) -> dict:
                f"raw little-endian {dtype}, no header: np.memmap(path, '{header.token_dtype.str}', 'r', "
                "shape=(samples, seq_len))"),
         column("seqlens", "int32", "[segments]", "segment lengths of all samples, concatenated",
-               "raw little-endian int32, no header"),
+               "raw little-endian int32, no header (segments = bytes / 4)"),
         column("seqptr", "int64", "[samples + 1]", "segments of sample i are seqlens[seqptr[i]:seqptr[i+1]]",
                "raw little-endian int64, no header"),
     ]
     if header.has_loss_mask:
         files.append(column("mask", "uint8", "[samples, seq_len]", "loss_mask of every sample, row-major",
                             "raw uint8, no header"))
-    return {"files_per_shard": [f["name"] for f in files], "columns": files,
-            "file_name": "<split>/<source>/shard-NNNNN.<column>.bin"}
+    return declared_layout(
+        "one headerless file per column, C order; the shard entry's `files` names it by the column's name",
+        "<split>/<source>/shard-NNNNN.<column>.bin", [f["name"] for f in files], files)
 
 
-FORMAT = ShardFormat(NAME, 1, open_set, read, layout, check_file)
+# 1.1 added index.json's `layout`; files and every other key are as in 1.0.
+FORMAT = ShardFormat(NAME, 1, open_set, read, layout, check_file, minor=1)

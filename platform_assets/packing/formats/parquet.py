@@ -14,9 +14,10 @@ from platform_assets.packing.formats.base import (
     HashedOutput,
     SetHeader,
     ShardFormat,
+    declared_layout,
     sample_columns,
 )
-from platform_assets.packing.samples import ShardSamples, ShardSetError
+from platform_assets.packing.samples import ROWS_PER_ROW_GROUP, ShardSamples, ShardSetError
 from platform_assets.storage import StagedDir
 
 NAME = "parquet"
@@ -83,10 +84,13 @@ def read(fs: pafs.FileSystem, base: str, index: dict, shard: dict) -> ShardSampl
 
 
 def layout(header: SetHeader) -> dict:
-    encodings = {"input_ids": "list<int32>", "seqlens": "list<int32>", "loss_mask": "list<uint8>"}
-    return {"columns": sample_columns(header, encodings, input_ids_dtype="int32"),
-            "file_name": "<split>/<source>/shard-NNNNN.parquet",
-            "encoding": "Parquet, one row per sample, zstd, one row group per <= 1024 samples"}
+    encodings = {"input_ids": "list<int32>, seq_len values (token ids widened to int32)",
+                 "seqlens": "list<int32>", "loss_mask": "list<uint8>, seq_len values"}
+    return declared_layout(
+        f"Parquet, one row per sample in sample order, zstd, one row group per <= {ROWS_PER_ROW_GROUP} samples",
+        "<split>/<source>/shard-NNNNN.parquet", ["data"],
+        sample_columns(header, encodings, input_ids_dtype="int32"))
 
 
-FORMAT = ShardFormat(NAME, 1, open_set, read, layout)
+# 1.1 added index.json's `layout`; files and every other key are as in 1.0.
+FORMAT = ShardFormat(NAME, 1, open_set, read, layout, minor=1)

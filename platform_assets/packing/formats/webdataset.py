@@ -16,6 +16,7 @@ from platform_assets.packing.formats.base import (
     HashedOutput,
     SetHeader,
     ShardFormat,
+    declared_layout,
     sample_columns,
 )
 from platform_assets.packing.samples import ShardSamples, ShardSetError
@@ -118,11 +119,13 @@ def read(fs: pafs.FileSystem, base: str, index: dict, shard: dict) -> ShardSampl
 
 
 def layout(header: SetHeader) -> dict:
-    npy = "member <key>.{name}.npy, numpy .npy format 1.0"
+    npy = "member <key>.{name}.npy: numpy .npy format 1.0 (little-endian, its header repeats dtype and shape)"
     encodings = {c: npy.format(name=c) for c in ("input_ids", "seqlens", "loss_mask")}
-    return {"columns": sample_columns(header, encodings),
-            "file_name": "<split>/<source>/shard-NNNNN.tar",
-            "encoding": "POSIX ustar, members in sample order, <key> = <shard:05d>_<sample:07d>"}
+    return declared_layout(
+        "POSIX ustar tar; per sample, in sample order, one member per column in column order; <key> = "
+        "<shard:05d>_<sample:07d> (sample counted within the shard); mtime 0, uid/gid 0, mode 0644",
+        "<split>/<source>/shard-NNNNN.tar", ["data"], sample_columns(header, encodings))
 
 
-FORMAT = ShardFormat(NAME, 1, open_set, read, layout)
+# 1.1 added index.json's `layout`; files and every other key are as in 1.0.
+FORMAT = ShardFormat(NAME, 1, open_set, read, layout, minor=1)
