@@ -3,7 +3,7 @@
 A preset is its settings model (thresholds, with `preset: Literal["<name>"]` as the config key) and
 its rule set (``check(view) -> Drop | str | None``); `quality/base.py` says what both must provide.
 Adding one (say `toxicity_words`) is a module `quality/toxicity_words.py` ending in
-``PRESET = Preset("toxicity_words", ToxicityWordsSettings, ToxicityWords)`` and one line below;
+``PRESET = Preset("toxicity_words", ToxicityWords)`` and one line below;
 the config then accepts ``- preset: toxicity_words`` with its fields, and nothing else changes.
 """
 

@@ -40,7 +40,11 @@ class RuleSet:
 
     preset: ClassVar[str]
 
-    def __init__(self, settings: ScopedSettings):
+    settings_type: ClassVar[type[ScopedSettings]]
+    """The preset's settings model: a rule set made without settings runs the published defaults."""
+
+    def __init__(self, settings: ScopedSettings | None = None):
+        settings = settings if settings is not None else self.settings_type()
         self.s = settings
         self.modalities = frozenset(settings.modalities) if settings.modalities is not None else None
         self.languages = frozenset(settings.languages) if settings.languages is not None else None
@@ -70,8 +74,12 @@ class RuleSet:
 
 @dataclass(frozen=True)
 class Preset:
-    """One registered quality preset: `preset: <name>` in the config picks `settings`; `rule_set` runs it."""
+    """One registered quality preset: `preset: <name>` in the config picks the rule set's settings
+    model (`rule_set.settings_type`), and `rule_set` runs it."""
 
     name: str
-    settings: type[ScopedSettings]
     rule_set: type[RuleSet]
+
+    @property
+    def settings(self) -> type[ScopedSettings]:
+        return self.rule_set.settings_type

@@ -46,9 +46,10 @@ class C4(RuleSet):
 
     preset = "c4"
     s: C4Settings
+    settings_type = C4Settings
 
     def __init__(self, settings: C4Settings | None = None):
-        super().__init__(settings or C4Settings())
+        super().__init__(settings)
         s = self.s
         # "a word longer than max_word_length": a run of that many + 1 non-spaces that starts a word
         # (the lookbehind keeps the search linear: it is not retried inside a long run)
@@ -121,4 +122,4 @@ class C4(RuleSet):
         return new_text if new_text != text else None
 
 
-PRESET = Preset("c4", C4Settings, C4)
+PRESET = Preset("c4", C4)

@@ -33,9 +33,7 @@ _CODE_LINE_RE = re.compile(
 class CodeRatio(RuleSet):
     preset = "code_ratio"
     s: CodeRatioSettings
-
-    def __init__(self, settings: CodeRatioSettings | None = None):
-        super().__init__(settings or CodeRatioSettings())
+    settings_type = CodeRatioSettings
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         lines = view.nonblank_lines
@@ -45,4 +43,4 @@ class CodeRatio(RuleSet):
         return self.drop_above("code_line_ratio", code / len(lines), self.s.max_code_line_ratio)
 
 
-PRESET = Preset("code_ratio", CodeRatioSettings, CodeRatio)
+PRESET = Preset("code_ratio", CodeRatio)

@@ -40,9 +40,7 @@ def _chars_matching(pattern: re.Pattern[str] | regex.Pattern[str], text: str) ->
 class Custom(RuleSet):
     preset = "custom"
     s: CustomSettings
-
-    def __init__(self, settings: CustomSettings | None = None):
-        super().__init__(settings or CustomSettings())
+    settings_type = CustomSettings
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         s, text = self.s, view.text
@@ -71,4 +69,4 @@ class Custom(RuleSet):
         return None
 
 
-PRESET = Preset("custom", CustomSettings, Custom)
+PRESET = Preset("custom", Custom)

@@ -30,9 +30,10 @@ class FineWeb(RuleSet):
 
     preset = "fineweb"
     s: FineWebSettings
+    settings_type = FineWebSettings
 
     def __init__(self, settings: FineWebSettings | None = None):
-        super().__init__(settings or FineWebSettings())
+        super().__init__(settings)
         self.stop_chars = presets.TERMINAL_PUNCTUATION  # single characters: a set lookup of the last one
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
@@ -62,4 +63,4 @@ class FineWeb(RuleSet):
         return None
 
 
-PRESET = Preset("fineweb", FineWebSettings, FineWeb)
+PRESET = Preset("fineweb", FineWeb)

@@ -41,9 +41,10 @@ class GopherQuality(RuleSet):
 
     preset = "gopher_quality"
     s: GopherQualitySettings
+    settings_type = GopherQualitySettings
 
     def __init__(self, settings: GopherQualitySettings | None = None):
-        super().__init__(settings or GopherQualitySettings())
+        super().__init__(settings)
         self.stop_words = frozenset(w.lower() for w in self.s.stop_words)
         self._bullets = tuple(self.s.bullets)
 
@@ -97,4 +98,4 @@ class GopherQuality(RuleSet):
         return None
 
 
-PRESET = Preset("gopher_quality", GopherQualitySettings, GopherQuality)
+PRESET = Preset("gopher_quality", GopherQuality)

@@ -43,10 +43,11 @@ class GopherRepetition(RuleSet):
 
     preset = "gopher_repetition"
     s: GopherRepetitionSettings
+    settings_type = GopherRepetitionSettings
     _PARAGRAPH_RE = re.compile(r"\n{2,}")
 
     def __init__(self, settings: GopherRepetitionSettings | None = None):
-        super().__init__(settings or GopherRepetitionSettings())
+        super().__init__(settings)
         # datatrove's order: every top n-gram check (by n), then every duplicate n-gram check (by n)
         self._ngram_checks = [("top", n, lim) for n, lim in sorted(self.s.top_n_grams.items())] + [
             ("dup", n, lim) for n, lim in sorted(self.s.dup_n_grams.items())
@@ -119,4 +120,4 @@ class GopherRepetition(RuleSet):
         return self.drop_above(f"{kind}_{n}_gram_char_frac", value / n_chars, limit)
 
 
-PRESET = Preset("gopher_repetition", GopherRepetitionSettings, GopherRepetition)
+PRESET = Preset("gopher_repetition", GopherRepetition)

@@ -26,9 +26,7 @@ class LengthSettings(ScopedSettings):
 class Length(RuleSet):
     preset = "length"
     s: LengthSettings
-
-    def __init__(self, settings: LengthSettings | None = None):
-        super().__init__(settings or LengthSettings())
+    settings_type = LengthSettings
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         s = self.s
@@ -52,4 +50,4 @@ class Length(RuleSet):
         return None
 
 
-PRESET = Preset("length", LengthSettings, Length)
+PRESET = Preset("length", Length)

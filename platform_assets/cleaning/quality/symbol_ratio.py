@@ -22,9 +22,7 @@ class SymbolRatioSettings(ScopedSettings):
 class SymbolRatio(RuleSet):
     preset = "symbol_ratio"
     s: SymbolRatioSettings
-
-    def __init__(self, settings: SymbolRatioSettings | None = None):
-        super().__init__(settings or SymbolRatioSettings())
+    settings_type = SymbolRatioSettings
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         n_tokens = len(view.tokens)
@@ -34,4 +32,4 @@ class SymbolRatio(RuleSet):
         return self.drop_above("symbol_word_ratio", symbols / n_tokens, self.s.max_symbol_word_ratio)
 
 
-PRESET = Preset("symbol_ratio", SymbolRatioSettings, SymbolRatio)
+PRESET = Preset("symbol_ratio", SymbolRatio)
