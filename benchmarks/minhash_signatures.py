@@ -180,8 +180,8 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     import numpy as np
     import pyarrow as pa
 
-    from platform_assets.dedup.minhash import MinHasher
     from platform_assets.contracts import IOSettings
+    from platform_assets.dedup.minhash import MinHasher
     from platform_assets.dedup.settings import DedupSettings
     from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
 

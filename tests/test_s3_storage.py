@@ -86,8 +86,7 @@ def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):
     assert keys == [
         "platform/raw_documents/web/_manifest.json",
         "platform/raw_documents/web/_quarantine.parquet",
-        "platform/raw_documents/web/part-00000-00000.parquet",  # one part per input file
-        "platform/raw_documents/web/part-00001-00000.parquet",
+        "platform/raw_documents/web/part-00000-00000.parquet",  # two small input files share one part
     ]
     con = connect(
         storage,
