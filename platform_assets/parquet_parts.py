@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from platform_assets.contracts import PART_GLOB, PART_PREFIX, IOSettings, schema_tag
+from platform_assets.contracts import DEFAULT_IO, PART_GLOB, PART_PREFIX, IOSettings, schema_tag
 from platform_assets.schema import DOCUMENTS_V1_TAG, check_documents_version, upgrade_documents
 from platform_assets.storage import StagedDir, Storage
 
@@ -132,7 +132,7 @@ def part_files(storage: Storage, rel_dir: str) -> list[str]:
 
 
 def read_batches(
-    storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = 8192
+    storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of an output directory's parts, in part order. Documents written with schema v1
     read as v2 (`schema.upgrade_documents`); a newer documents schema is refused with its path."""

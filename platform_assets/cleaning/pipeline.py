@@ -23,6 +23,7 @@ from platform_assets.cleaning.pii import PiiRedact
 from platform_assets.cleaning.quality.step import QualityStep
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA, Step, StepStats
+from platform_assets.contracts import DEFAULT_IO
 
 
 class FunnelError(RuntimeError):
@@ -217,7 +218,7 @@ class CleaningPipeline:
         for batch in batches:
             yield self.process_batch(batch)
 
-    def process_table(self, table: pa.Table, batch_rows: int = 8192) -> tuple[pa.Table, pa.Table]:
+    def process_table(self, table: pa.Table, batch_rows: int = DEFAULT_IO.batch_rows) -> tuple[pa.Table, pa.Table]:
         """(kept, exclusions) for a whole table, in batches of `batch_rows`."""
         kept, excl = [], []
         for result in self.process_batches(table.to_batches(max_chunksize=batch_rows)):

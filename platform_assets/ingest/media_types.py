@@ -9,17 +9,18 @@ from typing import Literal
 
 import filetype
 
+from platform_assets.ingest.file_io import SNIFF_BYTES
 from platform_assets.schema import Modality
 
 MediaKind = Literal["image", "pdf", "audio"]
 MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "pdf", "audio")
 _MODALITY: dict[MediaKind, Modality] = {"image": Modality.IMAGE, "pdf": Modality.PDF, "audio": Modality.AUDIO}
-SNIFF_HEAD_BYTES = 8192  # filetype reads at most 8 KiB (most signatures sit in the first 261 bytes)
 
 
 def sniff_mime(head: bytes) -> str | None:
     """The MIME type of content starting with `head`, or None when no known signature matches."""
-    return filetype.guess_mime(head[:SNIFF_HEAD_BYTES])
+    # the same 8 KiB head the binary check reads (filetype needs 261 bytes for most signatures)
+    return filetype.guess_mime(head[:SNIFF_BYTES])
 
 
 def media_kind(mime: str | None) -> MediaKind | None:

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from platform_assets.contracts import REMOVAL_TABLES
 from platform_assets.layout import asset_dir
 from platform_assets.packing.shard_index import FORMATS, INDEX_NAME
 from platform_assets.parquet_parts import write_table
@@ -25,7 +26,6 @@ from platform_assets.storage import StagedDir, Storage
 PROVENANCE_FILE = "provenance.parquet"
 PACKED_SHARDS_ASSET = "packed_shards"
 # Tables the earlier stages write beside their outputs, naming documents they did not pass on.
-REMOVAL_TABLES = ("_exclusions.parquet", "_duplicates.parquet", "_quarantine.parquet")
 
 PROVENANCE_SCHEMA = pa.schema(
     [

@@ -34,6 +34,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from platform_assets.contracts import DEFAULT_IO
 from platform_assets.packing.pieces import (
     Pieces,
     check_lengths,
@@ -47,7 +48,7 @@ from platform_assets.packing.streaming import StreamingBestFit
 Strategy = Literal["best_fit_decreasing", "first_fit_decreasing", "first_fit", "window", "streaming_best_fit", "none"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
-STREAM_BATCH_DOCS = 8192  # documents per StreamingBestFit.add call in pack(): the stages' record batch
+STREAM_BATCH_DOCS = DEFAULT_IO.batch_rows  # documents per StreamingBestFit.add call in pack(): a stage batch
 
 __all__ = ["STRATEGIES", "Packing", "StreamingBestFit", "Strategy", "pack", "verify_packing"]
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.contracts import DEFAULT_IO
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, text_hashes
 from platform_assets.dedup.lsh_index import LshIndex
 from platform_assets.dedup.minhash import MinHasher, exact_jaccard
@@ -191,7 +192,7 @@ def check_leakage(
     near: NearSettings,
     exact: ExactSettings,
     settings: LeakCheckSettings | None = None,
-    batch_rows: int = 8192,
+    batch_rows: int = DEFAULT_IO.batch_rows,
 ) -> LeakageReport:
     """One-shot helper over an in-memory table with `id`, `text`, `split`."""
     checker = LeakageChecker(near, exact, settings)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from platform_assets.ingest.file_io import compression_of, looks_binary, open_stream
+from platform_assets.ingest.file_io import SNIFF_BYTES, compression_of, looks_binary, open_stream
 from platform_assets.ingest.readers.delimited import read_csv
 from platform_assets.ingest.readers.huggingface import read_huggingface
 from platform_assets.ingest.readers.jsonl import read_jsonl
@@ -88,7 +88,7 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator
         if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
             yield from read_whole_file(ctx, file, stream, root, frozenset(getattr(src, "media", ())))
             return
-        head = stream.read(8192)
+        head = stream.read(SNIFF_BYTES)
     if looks_binary(head):
         ctx.quarantine.add(ctx.uri(file.path), Q.BINARY_FILE, "NUL bytes in the first 8 KiB", head[:64])
         return

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from platform_assets.contracts import DEFAULT_IO
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.records import ReadContext, Record
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry
 
-BATCH_ROWS = 8192
+BATCH_ROWS = DEFAULT_IO.batch_rows  # rows per read of a source file; the writer re-batches by io:
 
 
 def read_parquet(ctx: ReadContext, file: FileEntry, text_field: str, meta_fields: list[str] | None) -> Iterator[Record]:
