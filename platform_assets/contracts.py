@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -175,17 +175,22 @@ class StageResult:
 
     `files` is the output's manifest (name -> size, sha256), whose hash is the data version;
     `schema` the schema of its data parts (None for outputs without document-level parts);
-    `metadata` plain values for the asset's materialization; `exclusions` the side file (relative to
-    `rel`) holding what the stage removed or rejected, where it removes anything. A stage's own result
-    class derives from this one and adds its typed figures (funnel, counts, sets).
+    `exclusions` the side file (relative to `rel`) holding what the stage removed or rejected, where it
+    removes anything; `metadata` the stage's figures as plain values for the materialization. A
+    stage's own result class derives from this one, adds its typed figures (funnel, counts, sets)
+    and says which of them are its metadata.
     """
 
     rel: str
     files: dict[str, dict[str, object]]
     rows: int
     schema: pa.Schema | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
     exclusions: str | None = None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Plain values (numbers, strings) worth showing for this output; the asset adds charts."""
+        return {}
 
     @property
     def parts(self) -> list[str]:

@@ -8,6 +8,7 @@ removed document with the rule that removed it and the value that tripped it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,6 +31,12 @@ class CleaningStageResult(StageResult):
     @property
     def rows_out(self) -> int:
         return self.rows
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        f = self.funnel
+        return {"docs_in": f.docs_in, "bytes_in": f.bytes_in, "bytes_out": f.bytes_out,
+                "removal_rate": round(f.removal_rate(), 6)}
 
 
 def clean_output(

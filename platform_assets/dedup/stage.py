@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +44,12 @@ class DedupStageResult(StageResult):
     @property
     def rows_out(self) -> int:
         return self.rows
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        c = self.result.counts
+        return {"documents_in": self.rows_in, "carried_over": self.carried_over, "removed_exact": c.removed_exact,
+                "removed_near": c.removed_near, "lsh_bands_x_rows": f"{c.lsh_bands} x {c.lsh_rows}"}
 
 
 def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:

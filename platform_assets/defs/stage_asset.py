@@ -79,7 +79,8 @@ def stage_result(
         out = output_metadata(ctx.storage, result.rel, result.files, result.schema, result.rows)
     if result.exclusions:
         out["exclusions_uri"] = dg.MetadataValue.path(ctx.storage.uri(result.exclusions_path()))
-    out.update(metadata or {})
+    out.update(result.metadata)  # the stage's own figures
+    out.update(metadata or {})  # what only the asset adds: tables, charts, markdown, config values
     if preview and result.parts:
         out["preview"] = dg.MetadataValue.md(
             markdown_preview(ctx.storage, f"{result.rel}/{result.parts[0]}", preview))

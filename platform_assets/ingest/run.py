@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
@@ -39,6 +40,11 @@ class IngestResult(StageResult):
     @property
     def quarantined(self) -> int:
         return sum(self.quarantine_counts.values())
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"source": self.source, "input_files": self.input_files, "input_groups": self.input_groups,
+                "text_bytes": self.text_bytes, "quarantined": self.quarantined}
 
     @property
     def output_bytes(self) -> int:

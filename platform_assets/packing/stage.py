@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,6 +77,14 @@ class PackStageResult(StageResult):
         return SetStats("*", "*", seq_len, *(sum(getattr(x, f) for x in s) for f in (
             "documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split",
             "documents_dropped", "tokens_dropped")))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        t = self.totals
+        return {"formats": ", ".join(self.formats), "sequences": t.sequences, "dagster/row_count": t.sequences,
+                "tokens": t.tokens, "loss_tokens": t.loss_tokens, "tokens_in": self.tokens_in,
+                "efficiency": round(t.efficiency, 6), "documents_split": t.documents_split,
+                "documents_dropped": t.documents_dropped, "token_dtype": self.token_dtype}
 
 
 def _header(settings: PackingSettings, tokenizer_info: dict, has_loss_mask: bool) -> ShardSetHeader:

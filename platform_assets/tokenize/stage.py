@@ -64,6 +64,12 @@ class TokenizerBuildResult(StageResult):
     sanity: TokenizerSanity
     """Round trip, bytes per token, special-token problems (the asset checks)."""
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"source": self.source, "vocab_size": self.vocab_size,
+                "bytes_per_token": round(self.sanity.bytes_per_token, 4), "tokenizer_sha256": self.tokenizer_sha256,
+                "train_documents": self.train_documents, "train_bytes": self.train_bytes}
+
 
 class _SmallestHashes:
     """The `n` (hash, id, text) with the smallest hashes seen so far: a deterministic sample that
@@ -184,6 +190,14 @@ class TokenizeStageResult(StageResult):
     """Overlong, truncated and chunked documents, dropped chunks, exclusions per rule."""
     excluded: int
     tokenizer_sha256: str
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        s = self.stats
+        return {"documents": self.documents, "tokens": self.tokens, "loss_tokens": self.loss_tokens,
+                "chat_documents": s.chat_documents, "overlong_documents": s.overlong_documents,
+                "truncated_tokens": s.truncated_tokens, "chunked_documents": s.chunked_documents,
+                "excluded": self.excluded, "tokenizer_sha256": self.tokenizer_sha256}
 
 
 class _SetWriters:

@@ -73,3 +73,16 @@ def test_config_sections_are_strict_and_io_bounds_positive():
         Section(b=2)
     with pytest.raises(ValidationError):
         IOSettings(batch_rows=0)
+
+
+def test_a_stage_result_states_its_figures_as_metadata():
+    """Every stage result has the same shape; the figures it reports are its `metadata`."""
+    from platform_assets.dedup.stage import DedupStageResult
+    from platform_assets.ingest.run import IngestResult
+
+    assert StageResult(rel="x/_all", files={}, rows=0).metadata == {}
+    ingest = IngestResult(rel="raw_documents/web", files={}, rows=3, source="web", text_bytes=30, input_files=2,
+                          input_groups=1, quarantine_counts={"malformed_json": 1, "empty_file": 1})
+    assert ingest.metadata == {"source": "web", "input_files": 2, "input_groups": 1, "text_bytes": 30,
+                               "quarantined": 2}
+    assert issubclass(DedupStageResult, StageResult)

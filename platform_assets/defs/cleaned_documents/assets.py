@@ -36,10 +36,6 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     counters = funnel.counters()
     metadata = {
         "source": source,
-        "docs_in": funnel.docs_in,
-        "bytes_in": funnel.bytes_in,
-        "bytes_out": funnel.bytes_out,
-        "removal_rate": round(funnel.removal_rate(), 6),
         "funnel": dg.MetadataValue.md(funnel.to_markdown()),
         "funnel_chart": dg.MetadataValue.md(bar_chart_markdown(
             f"{source}: documents in, removed per rule, out",

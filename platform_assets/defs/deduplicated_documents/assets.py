@@ -57,11 +57,6 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     context.log.info(f"dedup: {stage.rows_in} in, {stage.rows_out} out; {counts}")
     histogram = result.cluster_size_histogram().to_pylist()
     metadata = {
-        "documents_in": stage.rows_in,
-        "carried_over": stage.carried_over,
-        "removed_exact": counts["removed_exact"],
-        "removed_near": counts["removed_near"],
-        "lsh_bands_x_rows": f"{counts.get('lsh_bands', 0)} x {counts.get('lsh_rows', 0)}",
         "removed_per_source": arrow_table(result.removed_per_source()),
         "cluster_sizes": counts_table({str(r["cluster_size"]): r["clusters"] for r in histogram}, "cluster_size",
                                       "clusters"),

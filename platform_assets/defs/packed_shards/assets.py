@@ -53,18 +53,8 @@ def packed_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource)
                      f"({totals.efficiency:.4%} non-padding)")
     data_bytes = sum(int(v["bytes"]) for k, v in result.files.items() if k != MANIFEST_FILE)
     metadata = {
-        "formats": ", ".join(result.formats),
         "seq_len": cfg.packing.seq_len,
         "strategy": cfg.packing.strategy,
-        "sequences": totals.sequences,
-        "dagster/row_count": totals.sequences,
-        "tokens": totals.tokens,
-        "loss_tokens": totals.loss_tokens,
-        "tokens_in": result.tokens_in,
-        "efficiency": round(totals.efficiency, 6),
-        "documents_split": totals.documents_split,
-        "documents_dropped": totals.documents_dropped,
-        "token_dtype": result.token_dtype,
         "bytes": data_bytes,
         "files": len(result.files),
         "per_split_and_source": arrow_table(sets),

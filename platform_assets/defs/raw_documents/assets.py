@@ -35,11 +35,6 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     context.log.info(f"{source}: {result.rows} documents, {result.quarantined} quarantined "
                      f"from {result.input_files} input files in {result.input_groups} groups")
     metadata = {
-        "source": source,
-        "input_files": result.input_files,
-        "input_groups": result.input_groups,
-        "text_bytes": result.text_bytes,
-        "quarantined": result.quarantined,
         "quarantine_by_reason": counts_table(
             {r: result.quarantine_counts.get(r, 0) for r in QuarantineReason.all()
              if result.quarantine_counts.get(r)}, "reason"),

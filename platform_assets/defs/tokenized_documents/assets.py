@@ -35,20 +35,8 @@ def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineRes
         storage, ctx.input_dir("dataset_splits"), ctx.input_dir("tokenizer"), rel, ctx.cfg.tokenize, ctx.cfg.io))
     sets = pa.Table.from_pylist([{k: s[k] for k in ("split", "source", "rows", "documents", "tokens", "loss_tokens")}
                                  for s in result.sets])
-    stats = result.stats
     context.log.info(f"tokenized {result.documents} documents into {result.tokens} tokens")
-    metadata = {
-        "documents": result.documents,
-        "tokens": result.tokens,
-        "loss_tokens": result.loss_tokens,
-        "tokens_per_split_and_source": arrow_table(sets),
-        "chat_documents": stats.chat_documents,
-        "overlong_documents": stats.overlong_documents,
-        "truncated_tokens": stats.truncated_tokens,
-        "chunked_documents": stats.chunked_documents,
-        "excluded": result.excluded,
-        "tokenizer_sha256": result.tokenizer_sha256,
-    }
+    metadata = {"tokens_per_split_and_source": arrow_table(sets)}
     splits_in = _splits_in(storage)
     empty = sorted(s for s in splits_in if not any(x["split"] == s and x["tokens"] > 0 for x in result.sets))
     no_loss = _rows_without_loss_tokens(storage, rel)
@@ -60,7 +48,8 @@ def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineRes
             dg.AssetCheckResult(check_name="chat_documents_have_loss_tokens", passed=not no_loss,
                                 metadata={"rows_without_loss_tokens": len(no_loss),
                                           "examples": ", ".join(no_loss[:10]) or "none",
-                                          "chat_chunks_dropped_for_lack_of_assistant_tokens": stats.dropped_chunks}),
+                                          "chat_chunks_dropped_for_lack_of_assistant_tokens":
+                                              result.stats.dropped_chunks}),
         ],
     )
 

@@ -41,12 +41,6 @@ def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> 
     return stage_result(
         ctx, result,
         metadata={
-            "source": result.source,
-            "vocab_size": result.vocab_size,
-            "bytes_per_token": round(sanity.bytes_per_token, 4),
-            "tokenizer_sha256": result.tokenizer_sha256,
-            "train_documents": result.train_documents,
-            "train_bytes": result.train_bytes,
             "special_tokens": counts_table({f"{role} {v['token']}": v["id"] for role, v in
                                             sorted(result.special_tokens.items())}, "token", "id"),
         },
