@@ -1,10 +1,9 @@
 """Batched writing of documents: memory is bounded by one batch, not by the source.
 
 Rows accumulate until `io.batch_rows` rows or `io.batch_bytes` of payload (text + media bytes), then
-become one Arrow record batch
-(= one Parquet row group) with ids computed from the Arrow text buffer; `PartWriter` compresses it
-in a background thread, so peak memory is about two batches (2 x 64 MiB of text by default) plus
-the reader's buffers.
+become one Arrow record batch (= one Parquet row group) with ids computed from the Arrow text buffer;
+`PartWriter` compresses it in a background thread, so peak memory is about two batches (2 x 64 MiB
+of payload by default) plus the reader's buffers.
 """
 
 from __future__ import annotations
