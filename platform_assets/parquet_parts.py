@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform_assets.contracts import DEFAULT_IO, PART_GLOB, PART_PREFIX, IOSettings, schema_tag
-from platform_assets.schema import DOCUMENTS_V1_TAG, check_documents_version, upgrade_documents
+from platform_assets.schema import UPGRADABLE_TAGS, check_documents_version, upgrade_documents
 from platform_assets.storage import StagedDir, Storage
 
 DICTIONARY_COLUMNS = ("source", "modality", "license", "split", "lang", "rule")  # few distinct values
@@ -135,28 +135,30 @@ def read_batches(
     storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of an output directory's parts, in part order. Documents written with schema v1
-    read as v2 (`schema.upgrade_documents`); a newer documents schema is refused with its path."""
+    and v2 read as v3 (`schema.upgrade_documents`); a newer documents schema is refused with its path."""
     for path in part_files(storage, rel_dir):
         with storage.fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
-            if schema_tag(pf.schema_arrow) != DOCUMENTS_V1_TAG:
+            if schema_tag(pf.schema_arrow) not in UPGRADABLE_TAGS:
                 check_documents_version(pf.schema_arrow, path)
                 yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
                 continue
-            wanted = [c for c in columns if c != "media"] if columns else None
+            # v1 files have no `media` column to read (the upgrade adds it); v2 files upgrade theirs
+            has_media = "media" in pf.schema_arrow.names
+            wanted = [c for c in columns if has_media or c != "media"] if columns else None
             for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
                 batch = upgrade_documents(batch, path)
                 yield batch.select(list(columns)) if columns else batch
 
 
 def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
-    """The schema of an output's parts (a v1 documents schema as its v2 upgrade)."""
+    """The schema of an output's parts (an older documents schema as its upgrade)."""
     files = part_files(storage, rel_dir)
     if not files:
         return None
     with storage.fs.open_input_file(files[0]) as f:
         schema = pq.read_schema(f)
-    if schema_tag(schema) == DOCUMENTS_V1_TAG:
+    if schema_tag(schema) in UPGRADABLE_TAGS:
         return upgrade_documents(pa.RecordBatch.from_pylist([], schema=schema), files[0]).schema
     return schema
 

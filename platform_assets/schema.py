@@ -1,8 +1,8 @@
-"""The documents schema (v2: any modality), the quarantine schema, and the stable document id.
+"""The documents schema (v3: any modality, with what ingest measured of each media item), the quarantine schema, and the stable document id.
 
 The schema is versioned: its `name/version` travels in the Parquet schema metadata so a reader can
 refuse a file written by an incompatible version instead of silently misreading it (v1 outputs are
-upgraded on read, see :func:`upgrade_documents`). Stages add columns (lang, quality signals, split,
+and v2 outputs are upgraded on read, see :func:`upgrade_documents`). Stages add columns (lang, quality signals, split,
 ...) and never rename or retype these.
 
 A document is `text` (possibly empty) plus `media`: a list of binary items (an image, a rendered PDF
@@ -22,7 +22,7 @@ import xxhash
 from platform_assets.contracts import schema_tag, versioned_schema
 
 DOCUMENTS_SCHEMA_NAME = "platform.documents"
-DOCUMENTS_SCHEMA_VERSION = 2
+DOCUMENTS_SCHEMA_VERSION = 3
 QUARANTINE_SCHEMA_NAME = "platform.quarantine"
 QUARANTINE_SCHEMA_VERSION = 1
 
@@ -44,15 +44,36 @@ TEXT_MODALITIES = frozenset({Modality.TEXT, Modality.HTML})
 MEDIA_MODALITIES = frozenset({Modality.IMAGE, Modality.PDF, Modality.AUDIO})
 
 # One media item. `bytes` is large_binary (64-bit offsets): a batch of high-resolution images or
-# minutes of audio passes 2 GiB quickly. `uri` says where the bytes came from (and is where they
-# stay when `bytes` is null: an object too large to inline, see the ingest docs).
+# minutes of audio passes 2 GiB quickly. `uri` says where the bytes came from: the original file
+# (with `#page=N` for a page) stays referenced there, and `bytes` holds what ingest prepared from it
+# (the normalised image, the rendered page, the 16 kHz mono clip; see platform_assets/media/).
+# The measured fields (v3) are null where they do not apply; cleaning filters on them without decoding
+# anything again, and users query them with DuckDB (`media[1].width`).
 MEDIA_ITEM_TYPE = pa.struct([
-    pa.field("kind", pa.string(), nullable=False),  # image | pdf | audio (| page: a rendered PDF page)
-    pa.field("mime", pa.string(), nullable=False),  # sniffed from the bytes, never from the name
+    pa.field("kind", pa.string(), nullable=False),  # image | page (a rendered PDF page) | audio
+    pa.field("mime", pa.string(), nullable=False),  # of `bytes`, sniffed or written by ingest, never from a name
     pa.field("uri", pa.string(), nullable=False),
     pa.field("sha256", pa.string(), nullable=False),  # of the bytes, hex
     pa.field("bytes", pa.large_binary(), nullable=True),
+    pa.field("width", pa.int32()),  # pixels of the stored image / rendered page
+    pa.field("height", pa.int32()),
+    pa.field("format", pa.string()),  # the source's container: PNG, JPEG, GIF, PDF, WAV, FLAC, OGG, ...
+    pa.field("mode", pa.string()),  # the source's pixel mode (RGBA, P, CMYK, I;16, ...) before normalisation
+    pa.field("frames", pa.int32()),  # frames of the source image; pages of the PDF a page came from
+    pa.field("page", pa.int32()),  # 0-based page number of a PDF page
+    pa.field("ocr", pa.bool_()),  # the page text came from Tesseract, not from the PDF's text layer
+    pa.field("luma_std", pa.float32()),  # std deviation of luminance (0-255): ~0 for blank images
+    pa.field("phash", pa.uint64()),  # 64-bit DCT perceptual hash (imagehash.phash): near-duplicate images
+    pa.field("duration_s", pa.float64()),
+    pa.field("sample_rate", pa.int32()),  # of the stored clip (resampled)
+    pa.field("source_sample_rate", pa.int32()),
+    pa.field("channels", pa.int16()),  # of the source (the stored clip is mono)
+    pa.field("rms_dbfs", pa.float32()),  # loudness of the stored clip, dB relative to full scale
+    pa.field("silent_fraction", pa.float32()),  # share of 20 ms frames below the silence level
+    pa.field("clipped_fraction", pa.float32()),  # share of samples at full scale
 ])
+MEDIA_MEASURED_FIELDS = tuple(f.name for f in MEDIA_ITEM_TYPE)[5:]
+MEDIA_ITEM_V2_FIELDS = ("kind", "mime", "uri", "sha256", "bytes")
 # "element" is the name Parquet gives a list's item field: the schema reads back equal to what was written.
 MEDIA_TYPE = pa.list_(pa.field("element", MEDIA_ITEM_TYPE, nullable=False))
 
@@ -75,6 +96,8 @@ DOCUMENT_FIELDS: list[pa.Field] = [
 
 DOCUMENTS_SCHEMA = versioned_schema(DOCUMENT_FIELDS, DOCUMENTS_SCHEMA_NAME, DOCUMENTS_SCHEMA_VERSION)
 DOCUMENTS_V1_TAG = f"{DOCUMENTS_SCHEMA_NAME}/1"
+DOCUMENTS_V2_TAG = f"{DOCUMENTS_SCHEMA_NAME}/2"
+UPGRADABLE_TAGS = (DOCUMENTS_V1_TAG, DOCUMENTS_V2_TAG)
 
 
 class SchemaVersionError(ValueError):
@@ -87,20 +110,22 @@ def check_documents_version(schema: pa.Schema, where: str = "") -> None:
     tag = schema_tag(schema)
     if tag is None or not tag.startswith(f"{DOCUMENTS_SCHEMA_NAME}/"):
         return
-    if tag not in (DOCUMENTS_V1_TAG, f"{DOCUMENTS_SCHEMA_NAME}/{DOCUMENTS_SCHEMA_VERSION}"):
+    if tag not in (*UPGRADABLE_TAGS, f"{DOCUMENTS_SCHEMA_NAME}/{DOCUMENTS_SCHEMA_VERSION}"):
         raise SchemaVersionError(
             f"{where or 'output'}: written with schema {tag!r}; this version reads "
-            f"{DOCUMENTS_SCHEMA_NAME}/1 and /{DOCUMENTS_SCHEMA_VERSION}. Re-materialize it with this version.")
+            f"{DOCUMENTS_SCHEMA_NAME}/1 to /{DOCUMENTS_SCHEMA_VERSION}. Re-materialize it with this version.")
 
 
 def upgrade_documents(batch: pa.RecordBatch, where: str = "") -> pa.RecordBatch:
-    """A batch of a stored documents output as schema v2, whatever version wrote it.
+    """A batch of a stored documents output as the current schema, whatever version wrote it.
 
-    v1 (text only) had no `media` column: it is added as nulls, which is exactly what v2 writes for
-    text, so a v1 output reads as if v2 had written it and nothing has to be re-ingested. A newer or
-    foreign tag is a clear error naming the output, never a silent misread.
+    v1 (text only) had no `media` column: it is added as nulls, which is exactly what v3 writes for
+    text. v2 media items lacked the measured fields: they are added as nulls (nothing was measured).
+    So an old output reads as if this version had written it and nothing has to be re-ingested. A
+    newer or foreign tag is a clear error naming the output, never a silent misread.
     """
-    if schema_tag(batch.schema) != DOCUMENTS_V1_TAG:
+    tag = schema_tag(batch.schema)
+    if tag not in UPGRADABLE_TAGS:
         check_documents_version(batch.schema, where)
         return batch
     arrays = list(batch.columns)
@@ -110,9 +135,25 @@ def upgrade_documents(batch: pa.RecordBatch, where: str = "") -> pa.RecordBatch:
         at = names.index("ingested_at") + 1 if "ingested_at" in names else len(names)
         arrays.insert(at, pa.nulls(batch.num_rows, MEDIA_TYPE))
         schema_fields.insert(at, DOCUMENTS_SCHEMA.field("media"))
+    else:
+        at = names.index("media")
+        arrays[at] = upgrade_media_v2(arrays[at])
+        schema_fields[at] = DOCUMENTS_SCHEMA.field("media")
     meta = dict(batch.schema.metadata or {})
     meta.update(DOCUMENTS_SCHEMA.metadata)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(schema_fields, metadata=meta))
+
+
+def upgrade_media_v2(media: pa.Array) -> pa.Array:
+    """A v2 `media` list (items of kind, mime, uri, sha256, bytes) as MEDIA_TYPE, measured fields null."""
+    if media.type == MEDIA_TYPE:
+        return media
+    items = media.values
+    n = len(items)
+    children = [items.field(name) if name in MEDIA_ITEM_V2_FIELDS else pa.nulls(n, f.type)
+                for name, f in ((f.name, f) for f in MEDIA_ITEM_TYPE)]
+    upgraded = pa.StructArray.from_arrays(children, fields=list(MEDIA_ITEM_TYPE))
+    return pa.ListArray.from_arrays(media.offsets, upgraded, type=MEDIA_TYPE, mask=media.is_null())
 
 
 QUARANTINE_SCHEMA = versioned_schema(
@@ -144,6 +185,22 @@ class QuarantineReason:
     MALFORMED_CSV = "malformed_csv"
     DOCUMENT_TOO_LARGE = "document_too_large"
     INVALID_CHAT = "invalid_chat"
+    # media (platform_assets/media/ and the multimodal sources); the detail names the file and what was found
+    MISSING_FILE = "missing_file"  # a manifest row names a file that does not exist
+    PATH_OUTSIDE_ROOT = "path_outside_root"  # ../, an absolute path or a symlink leaving the source's roots
+    UNSUPPORTED_MEDIA = "unsupported_media"  # bytes of no kind this source reads (or no known type)
+    MEDIA_TYPE_MISMATCH = "media_type_mismatch"  # the row says image, the bytes are a PDF (or a .png is a GIF)
+    MEDIA_TOO_LARGE = "media_too_large"  # file bytes over the room's limit
+    CORRUPT_IMAGE = "corrupt_image"  # truncated or undecodable
+    DECOMPRESSION_BOMB = "decompression_bomb"  # more pixels than images.max_pixels
+    ANIMATED_IMAGE = "animated_image"  # several frames and images.animated = quarantine
+    CORRUPT_PDF = "corrupt_pdf"
+    ENCRYPTED_PDF = "encrypted_pdf"
+    PDF_PAGE_LIMIT = "pdf_page_limit"  # pages past pdf.max_pages (the first max_pages are kept)
+    PAGE_NOT_FOUND = "page_not_found"  # a manifest row's page is not in the PDF
+    CORRUPT_AUDIO = "corrupt_audio"  # wrong header, undecodable
+    EMPTY_AUDIO = "empty_audio"  # zero samples
+    AUDIO_TOO_LONG = "audio_too_long"  # longer than audio.max_duration_s (decided from the header)
 
     @classmethod
     def all(cls) -> list[str]:
