@@ -30,6 +30,8 @@ from platform_assets.ingest.settings import (
     SourceConfigType,
     TextSource,
 )
+from platform_assets.media.settings import MediaSettings
+from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import S3Settings
@@ -88,6 +90,7 @@ class PipelineConfig(StrictModel):
     sources: list[SourceConfig]
     io: IOSettings = IOSettings()
     ingest: IngestSettings = IngestSettings()
+    media: MediaSettings = MediaSettings()
     cleaning: CleaningSettings = CleaningSettings()
     cleaning_gates: CleaningGates = CleaningGates()
     dedup: DedupSettings = DedupSettings()
@@ -95,6 +98,7 @@ class PipelineConfig(StrictModel):
     tokenizer: TokenizerSettings = TokenizerSettings()
     tokenize: TokenizeSettings = TokenizeSettings()
     packing: PackingSettings = PackingSettings()
+    media_shards: MediaShardSettings = MediaShardSettings()
     versioning: VersioningSettings = VersioningSettings()
     training: TrainingLaunchSettings = TrainingLaunchSettings()
     config_dir: Path = Field(default=Path("."), exclude=True)
