@@ -17,6 +17,12 @@ MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "pdf", "audio")
 _MODALITY: dict[MediaKind, Modality] = {"image": Modality.IMAGE, "pdf": Modality.PDF, "audio": Modality.AUDIO}
 
 
+# Names that look like media (for pairing sidecars; the type itself always comes from the bytes)
+MEDIA_EXTENSIONS = frozenset(t.extension for t in filetype.TYPES
+                             if t.mime.startswith(("image/", "audio/")) or t.mime == "application/pdf") | {
+    "jpeg", "jpe", "tiff", "oga", "opus", "wave"}
+
+
 def sniff_mime(head: bytes) -> str | None:
     """The MIME type of content starting with `head`, or None when no known signature matches."""
     # the same 8 KiB head the binary check reads (filetype needs 261 bytes for most signatures)

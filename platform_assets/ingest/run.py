@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
@@ -36,6 +36,9 @@ class IngestResult(StageResult):
     input_files: int
     input_groups: int
     quarantine_counts: dict[str, int]
+    modalities: dict[str, int] = field(default_factory=dict)  # documents per modality
+    media_bytes: int = 0  # prepared media bytes stored inline
+    ocr_pages: int = 0  # PDF pages whose text came from Tesseract
 
     @property
     def quarantined(self) -> int:
@@ -43,8 +46,13 @@ class IngestResult(StageResult):
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return {"source": self.source, "input_files": self.input_files, "input_groups": self.input_groups,
-                "text_bytes": self.text_bytes, "quarantined": self.quarantined}
+        out = {"source": self.source, "input_files": self.input_files, "input_groups": self.input_groups,
+               "text_bytes": self.text_bytes, "quarantined": self.quarantined}
+        media = {k: v for k, v in self.modalities.items() if k in ("image", "pdf", "audio")}
+        if media:  # text sources report what they always did
+            out.update({f"documents_{k}": v for k, v in sorted(self.modalities.items())})
+            out.update(media_bytes=self.media_bytes, pdf_pages_ocr=self.ocr_pages)
+        return out
 
     @property
     def output_bytes(self) -> int:
@@ -56,15 +64,19 @@ def _usable_cores() -> int:
 
 
 def input_groups(units: list[InputUnit], settings: IngestSettings) -> list[list[InputUnit]]:
-    """Consecutive units, cut where a group reaches `group_input_bytes` or `group_max_files`."""
+    """Consecutive units, cut where a group reaches `group_input_bytes` or `group_max_files` (for
+    media units also `media_group_files`: files, or a manifest chunk's rows)."""
     groups: list[list[InputUnit]] = []
-    size = 0
+    size = files = 0
     for unit in units:
-        if not groups or size >= settings.group_input_bytes or len(groups[-1]) >= settings.group_max_files:
+        max_files = min(settings.group_max_files, settings.media_group_files) if unit.media else \
+            settings.group_max_files
+        if not groups or size >= settings.group_input_bytes or files >= max_files:
             groups.append([])
-            size = 0
+            size = files = 0
         groups[-1].append(unit)
         size += unit.size
+        files += unit.files
     return groups
 
 
@@ -122,4 +134,7 @@ def ingest_source(
         input_files=len(units),
         input_groups=len(groups),
         quarantine_counts=dict(sorted(quarantine.counts.items())),
+        modalities=dict(sorted(stats.modalities.items())),
+        media_bytes=stats.media_bytes,
+        ocr_pages=stats.ocr_pages,
     )

@@ -8,6 +8,7 @@ of payload by default) plus the reader's buffers.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -26,6 +27,9 @@ class WriteStats(Counts):
     rows: int = 0
     text_bytes: int = 0
     parts: list[str] = field(default_factory=list)
+    modalities: Counter[str] = field(default_factory=Counter)  # documents per modality
+    media_bytes: int = 0  # prepared media bytes stored inline
+    ocr_pages: int = 0  # PDF pages whose text came from Tesseract
 
 
 class DocumentWriter:
@@ -57,6 +61,9 @@ class DocumentWriter:
             return
         self._buf.append(rec)
         self._buf_bytes += rec.payload_bytes() if rec.media else len(rec.text)
+        if rec.media:
+            self.stats.media_bytes += sum(len(m["bytes"] or b"") for m in rec.media)
+            self.stats.ocr_pages += sum(bool(m.get("ocr")) for m in rec.media)
         if len(self._buf) >= self._io.batch_rows or self._buf_bytes >= self._io.batch_bytes:
             self._flush()
 
@@ -96,6 +103,8 @@ class DocumentWriter:
 
     def _write(self, batch: pa.RecordBatch, text_bytes: int) -> None:
         self.stats.rows += batch.num_rows
+        for entry in pc.value_counts(batch.column("modality")).to_pylist():
+            self.stats.modalities[entry["values"]] += entry["counts"]
         self.stats.text_bytes += text_bytes  # payload: text, plus media bytes for media records
         self._parts.write(batch)
 

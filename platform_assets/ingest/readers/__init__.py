@@ -10,21 +10,27 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from platform_assets.ingest.file_io import SNIFF_BYTES, compression_of, looks_binary, open_stream
+from platform_assets.ingest.media_records import MediaReader
+from platform_assets.ingest.media_types import MEDIA_EXTENSIONS
 from platform_assets.ingest.readers.delimited import read_csv
 from platform_assets.ingest.readers.huggingface import read_huggingface
 from platform_assets.ingest.readers.jsonl import read_jsonl
+from platform_assets.ingest.readers.manifest import manifest_chunks, read_manifest
 from platform_assets.ingest.readers.parquet import read_parquet
-from platform_assets.ingest.readers.plain_text import read_lines, read_whole_file
+from platform_assets.ingest.readers.plain_text import SIDECAR_SUFFIXES, read_lines, read_whole_file
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
+from platform_assets.ingest.roots import RootGuard
 from platform_assets.ingest.settings import (
     CsvSource,
     FolderSource,
     HuggingFaceSource,
     JsonlSource,
+    ManifestSource,
     ParquetSource,
     SourcePlan,
     TextSource,
 )
+from platform_assets.media.settings import MediaSettings
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry, S3Settings, list_files, resolve_filesystem
 
@@ -35,6 +41,7 @@ DEFAULT_PATTERNS: dict[str, tuple[str, ...] | None] = {
     "parquet": ("*.parquet", "*.pq"),
     "text": tuple(f"*.txt{c}" for c in ("", *_COMPRESSED)),
     "folder": None,  # every file
+    "manifest": tuple(f"*.{ext}{c}" for ext in ("jsonl", "ndjson") for c in ("", *_COMPRESSED)) + ("*.parquet",),
 }
 
 
@@ -80,13 +87,15 @@ def source_files(
     return ctx, root, files
 
 
-def _file_records(ctx: ReadContext, src, root: str, file: FileEntry) -> Iterator[Record | RecordBlock]:
+def _file_records(ctx: ReadContext, src, root: str, file: FileEntry, media: MediaSettings,
+                  sidecar: FileEntry | None = None) -> Iterator[Record | RecordBlock]:
     if isinstance(src, ParquetSource):
         yield from read_parquet(ctx, file, src.text_field, src.meta_fields)
         return
     with open_stream(ctx.fs, file.path) as stream:
         if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
-            yield from read_whole_file(ctx, file, stream, root, frozenset(getattr(src, "media", ())))
+            reader = MediaReader(ctx, media, frozenset(src.media)) if getattr(src, "media", None) else None
+            yield from read_whole_file(ctx, file, stream, root, reader, sidecar)
             return
         head = stream.read(SNIFF_BYTES)
     if looks_binary(head):
@@ -149,6 +158,27 @@ class InputUnit:
     # read(sink, parse_threads): records, rejects into `sink`; see ReadContext.parse_threads
     read: Callable[[QuarantineSink, bool], Iterator[Record | RecordBlock]]
     size: int = 0  # bytes of the input file as listed (0 where unknown: a Hugging Face dataset)
+    files: int = 1  # media files it names (a manifest chunk: its rows), for `ingest.media_group_files`
+    media: bool = False  # decoding is its cost: groups are also cut at `ingest.media_group_files`
+
+
+def sidecar_pairs(files: list[FileEntry]) -> dict[str, FileEntry]:
+    """{media file path: its sidecar} for `cat.jpg` + `cat.txt` / `cat.json` in one directory (a
+    `.json` sidecar wins over a `.txt` one). Only files with a known media extension get a sidecar."""
+    by_stem: dict[str, list[FileEntry]] = {}
+    for f in files:
+        stem, dot, _ = f.path.rpartition(".")
+        if dot and "/" not in f.path[len(stem):]:
+            by_stem.setdefault(stem, []).append(f)
+    pairs: dict[str, FileEntry] = {}
+    for group in by_stem.values():
+        sidecars = sorted((f for f in group if f.path.endswith(SIDECAR_SUFFIXES)),
+                          key=lambda f: not f.path.endswith(".json"))
+        media = [f for f in group if f.path.rpartition(".")[2].lower() in MEDIA_EXTENSIONS]
+        if sidecars and media:
+            for m in media:
+                pairs[m.path] = sidecars[0]
+    return pairs
 
 
 def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
@@ -158,12 +188,40 @@ def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> li
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
         return [InputUnit(0, location, lambda sink, _threads=True: read_huggingface(src, location, sink, mtime))]
     ctx, root, files = source_files(cfg, name, s3)
+    if isinstance(src, ManifestSource):
+        return _manifest_units(cfg, src, ctx, files, s3)
+    reads_media = bool(getattr(src, "media", None))
+    pairs = sidecar_pairs(files) if reads_media and getattr(src, "sidecars", False) else {}
+    consumed = {f.path for f in pairs.values()}
 
     def unit(index: int, file: FileEntry) -> InputUnit:
         def read(sink: QuarantineSink, parse_threads: bool = True) -> Iterator[Record | RecordBlock]:
             file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
-            return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file))
+            return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file, cfg.media,
+                                                                  pairs.get(file.path)))
 
-        return InputUnit(index, ctx.uri(file.path), read, file.size)
+        return InputUnit(index, ctx.uri(file.path), read, file.size, media=reads_media)
 
-    return [unit(i, f) for i, f in enumerate(files)]
+    return [unit(i, f) for i, f in enumerate(f for f in files if f.path not in consumed)]
+
+
+def _manifest_units(cfg: SourcePlan, src: ManifestSource, ctx: ReadContext, files: list[FileEntry],
+                    s3: S3Settings | None) -> list[InputUnit]:
+    """Each manifest is cut into chunks of `ingest.media_group_files` rows, one input unit each."""
+    units: list[InputUnit] = []
+    roots = [cfg.resolve(r) for r in src.roots]
+    s3 = s3 or cfg.s3_settings()
+    for file in files:
+        base = ctx.uri(file.path).rpartition("/")[0] or "/"
+        guard = RootGuard.for_base(base, roots)
+        for chunk in manifest_chunks(ctx.fs, file, cfg.ingest.media_group_files):
+            def read(sink: QuarantineSink, parse_threads: bool = True, file=file, chunk=chunk,
+                     guard=guard) -> Iterator[Record | RecordBlock]:
+                file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
+                return _guarded(file_ctx, file, lambda: read_manifest(
+                    file_ctx, file, chunk, MediaReader(file_ctx, cfg.media), guard, s3))
+
+            label = f"{ctx.uri(file.path)}#line={chunk[2]}"
+            units.append(InputUnit(len(units), label, read, chunk[1] - chunk[0], files=cfg.ingest.media_group_files,
+                                   media=True))
+    return units

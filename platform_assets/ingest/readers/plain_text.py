@@ -8,7 +8,8 @@ from pathlib import PurePosixPath
 import orjson
 
 from platform_assets.ingest.file_io import SNIFF_BYTES, iter_lines, looks_binary
-from platform_assets.ingest.media_types import media_item, media_kind, modality_of, sniff_mime
+from platform_assets.ingest.media_records import MediaReader
+from platform_assets.ingest.media_types import media_kind, sniff_mime
 from platform_assets.ingest.records import ReadContext, Record
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry
@@ -25,12 +26,13 @@ def _modality(path: str, head: bytes) -> str:
 
 
 def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str,
-                    media_kinds: frozenset[str] = frozenset()) -> Iterator[Record]:
+                    media: MediaReader | None = None, sidecar: FileEntry | None = None) -> Iterator[Record]:
     """The file is one document; meta records its path relative to the source's root.
 
-    Its type comes from its bytes: an image, PDF or audio file whose kind is in `media_kinds` becomes
-    a media document (empty text, the bytes in `media`); any other binary file is quarantined as
-    `binary_file` with the type that was recognised, so the user sees what to enable.
+    Its type comes from its bytes: an image, PDF or audio file whose kind the source reads (`media`)
+    goes through the media rooms (one document, or one per PDF page), with the text of its sidecar
+    (`cat.txt` / `cat.json` beside `cat.jpg`); any other binary file is quarantined as `binary_file`
+    with the type that was recognised, so the user sees what to enable.
     """
     uri = ctx.uri(file.path)
     # +1 so that "exactly at the limit" and "over the limit" can be told apart without reading more
@@ -44,10 +46,12 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str,
     rel = _relative(file.path, source_root)
     mime = sniff_mime(data)
     kind = media_kind(mime)
-    if kind is not None and kind in media_kinds:
-        meta = orjson.dumps({"path": rel, "bytes": len(data), "mime": mime}).decode()
-        yield Record("", uri, meta, ctx.mtime(file.mtime_s), modality_of(kind).value,
-                     (media_item(kind, mime, uri, data),))
+    if kind is not None and media is not None and kind in media.kinds:
+        text, meta = read_sidecar(ctx, sidecar) if sidecar is not None else ("", {})
+        if text is None:
+            return  # the sidecar was quarantined: the pair goes together
+        meta["path"] = rel
+        yield from media.documents(data, uri, text=text, meta=meta, mtime_s=file.mtime_s, allowed=media.kinds)
         return
     if looks_binary(data) or kind is not None:
         what = f"{mime} ({kind}): not among this source's media kinds" if kind else \
@@ -66,6 +70,42 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str,
         return
     meta = orjson.dumps({"path": rel, "bytes": len(data)}).decode()
     yield Record(text, uri, meta, ctx.mtime(file.mtime_s), _modality(file.path, data[:SNIFF_BYTES]))
+
+
+SIDECAR_SUFFIXES = (".txt", ".json")
+SIDECAR_TEXT_FIELDS = ("caption", "text", "transcription", "transcript")
+
+
+def read_sidecar(ctx: ReadContext, sidecar: FileEntry) -> tuple[str | None, dict]:
+    """(text, meta) of a media file's sidecar; (None, {}) when it is unreadable (quarantined)."""
+    uri = ctx.uri(sidecar.path)
+    try:
+        with ctx.fs.open_input_stream(sidecar.path) as f:
+            raw = f.read(ctx.max_document_bytes + 1)
+    except OSError as err:
+        ctx.quarantine.add(uri, Q.UNREADABLE_FILE, f"sidecar: {err}")
+        return None, {}
+    if len(raw) > ctx.max_document_bytes:
+        ctx.quarantine.add(uri, Q.DOCUMENT_TOO_LARGE, f"sidecar larger than {ctx.max_document_bytes} bytes", raw)
+        return None, {}
+    try:
+        body = raw.decode(ctx.encoding)
+    except UnicodeDecodeError as err:
+        ctx.quarantine.add(uri, Q.INVALID_UTF8, f"sidecar not valid {ctx.encoding}: {err.reason}", raw)
+        return None, {}
+    if not sidecar.path.endswith(".json"):
+        return body.strip(), {}
+    try:
+        fields = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        ctx.quarantine.add(uri, Q.MALFORMED_JSON, f"sidecar: {err}", raw)
+        return None, {}
+    if not isinstance(fields, dict):
+        ctx.quarantine.add(uri, Q.NOT_A_JSON_OBJECT, f"sidecar is a {type(fields).__name__}", raw)
+        return None, {}
+    key = next((k for k in SIDECAR_TEXT_FIELDS if isinstance(fields.get(k), str)), None)
+    text = fields.pop(key).strip() if key else ""
+    return text, {k: v for k, v in fields.items() if v is not None}
 
 
 def _relative(path: str, source_root: str) -> str:

@@ -1,0 +1,58 @@
+"""The traversal guard: a path named inside the data (a manifest's `file`, a Hugging Face row's `path`)
+is read only if it resolves inside the source's roots.
+
+`../../etc/passwd`, an absolute path elsewhere and a symlink pointing out are refused before anything
+is opened: local paths are resolved with `os.path.realpath` (which follows symlinks without opening
+the target) and compared with the real roots; S3 keys are normalised (`a/../b` -> `b`) and must start
+with a root prefix. A refused path is quarantined as `path_outside_root` naming where it led.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+
+from platform_assets.ingest.records import Rejected
+from platform_assets.schema import QuarantineReason as Q
+
+
+@dataclass(frozen=True)
+class RootGuard:
+    base: str
+    """Where relative names start: the manifest's directory (a local path or s3://bucket/prefix)."""
+    roots: tuple[str, ...]
+    """Where files may be read from (local paths or s3:// prefixes); the base itself by default."""
+
+    @classmethod
+    def for_base(cls, base: str, roots: list[str] | tuple[str, ...] = ()) -> RootGuard:
+        return cls(base, tuple(roots) or (base,))
+
+    def resolve(self, name: str) -> str:
+        """The location (local path or s3:// URI) a name refers to, or Rejected(path_outside_root)."""
+        if not isinstance(name, str) or not name.strip():
+            raise Rejected(Q.MISSING_FILE, f"no file named (got {name!r})")
+        if "://" in name:
+            scheme, _, rest = name.partition("://")
+            if scheme != "s3":
+                raise Rejected(Q.PATH_OUTSIDE_ROOT, f"{name!r}: only local paths and s3:// URIs are read")
+            return self._check_s3("s3://" + posixpath.normpath("/" + rest).lstrip("/"), name)
+        if self.base.startswith("s3://"):
+            bucket_and_key = posixpath.normpath(posixpath.join(self.base[5:], name))
+            return self._check_s3("s3://" + bucket_and_key.lstrip("/"), name)
+        path = os.path.realpath(os.path.join(self.base, name))
+        for root in self.roots:
+            if root.startswith("s3://"):
+                continue
+            real_root = os.path.realpath(root)
+            if path == real_root or path.startswith(real_root.rstrip("/") + "/"):
+                return path
+        raise Rejected(Q.PATH_OUTSIDE_ROOT, f"{name!r} resolves to {path}, outside the source's roots "
+                                            f"{list(self.roots)}: not opened")
+
+    def _check_s3(self, uri: str, name: str) -> str:
+        for root in self.roots:
+            if root.startswith("s3://") and (uri == root.rstrip("/") or uri.startswith(root.rstrip("/") + "/")):
+                return uri
+        raise Rejected(Q.PATH_OUTSIDE_ROOT, f"{name!r} resolves to {uri}, outside the source's roots "
+                                            f"{list(self.roots)}: not opened")
