@@ -18,6 +18,7 @@ from platform_assets.cleaning.blocklist import BlocklistFilter
 from platform_assets.cleaning.guard import Guard
 from platform_assets.cleaning.html_extract import HtmlExtract
 from platform_assets.cleaning.language_id import LanguageFilter
+from platform_assets.cleaning.media_filters import AudioFilter, ImageFilter
 from platform_assets.cleaning.normalize import Normalize
 from platform_assets.cleaning.pii import PiiRedact
 from platform_assets.cleaning.quality.step import QualityStep
@@ -244,6 +245,8 @@ StepBuilder = Callable[[CleaningSettings], Step | None]
 # is its module and one line here (with its settings section in CleaningSettings).
 STEP_BUILDERS: dict[str, StepBuilder] = {
     "guard": lambda s: Guard(s.guard) if s.guard.enabled else None,
+    "images": lambda s: ImageFilter(s.images) if s.images.enabled else None,
+    "audio": lambda s: AudioFilter(s.audio) if s.audio.enabled else None,
     "html": lambda s: HtmlExtract(s.html, on_error=s.on_error) if s.html.enabled else None,
     "normalize": lambda s: Normalize(s.normalize, on_error=s.on_error) if s.normalize.enabled else None,
     "language": lambda s: LanguageFilter(s.language, on_error=s.on_error) if s.language.enabled else None,

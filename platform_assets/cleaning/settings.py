@@ -115,6 +115,41 @@ class NormalizeSettings(StrictModel):
     max_blank_lines: Annotated[int, Field(ge=0)] = 2
 
 
+# -- media: decisions on what ingest measured (platform_assets/media/), no decoding -----------------------
+
+
+class ImageFilterSettings(StrictModel):
+    """Images and rendered PDF pages (`cleaning/media_filters.py`)."""
+
+    enabled: bool = True
+    modalities: tuple[str, ...] = ("image", "pdf")
+    min_side: Count | None = 32
+    """Pixels. CLIP-style encoders take 224 px inputs; below 32 px an image is an icon or a tracking
+    pixel (the emoji set is 64 px and is kept)."""
+    max_side: Count | None = None
+    max_aspect_ratio: Annotated[float, Field(ge=1)] | None = 8.0
+    """Long side / short side: 8 keeps panoramas (~4:1) and tall receipts, drops banners and rules."""
+    min_luma_std: Annotated[float, Field(ge=0)] | None = 2.0
+    """Luminance std deviation (0-255) below which an image or page is blank: a white page measures
+    0.0, a scanned blank page with noise ~1, the sparsest real emoji ~20."""
+
+
+class AudioFilterSettings(StrictModel):
+    """Audio clips (`cleaning/media_filters.py`)."""
+
+    enabled: bool = True
+    modalities: tuple[str, ...] = ("audio",)
+    min_duration_s: Annotated[float, Field(ge=0)] | None = 0.3
+    """Shorter clips hold no word (a spoken syllable is ~0.2-0.3 s)."""
+    max_duration_s: Annotated[float, Field(gt=0)] | None = 30.0
+    """Whisper's window: longer clips would be cut by the feature extractor (ingest refuses anything over
+    `media.audio.max_duration_s` before decoding; this is the training-side choice)."""
+    max_silent_fraction: Ratio | None = 0.9
+    """Share of 20 ms frames below `media.audio.silence_dbfs`: speech has pauses (espeak-ng clips: ~10-30%)."""
+    max_clipped_fraction: Ratio | None = 0.01
+    """Share of samples at full scale: 1% clipped is audibly distorted."""
+
+
 # -- language -----------------------------------------------------------------------------------------
 
 
@@ -172,13 +207,17 @@ class PiiSettings(StrictModel):
 
 
 class CleaningSettings(StrictModel):
-    """Steps run in this order: guard, html, normalize, language, quality (in list order), blocklist, pii.
+    """Steps run in this order: guard, images, audio, html, normalize, language, quality (in list order),
+    blocklist, pii. Captions, page text and transcripts go through the text steps like any text (the
+    quality presets are scoped to text and HTML: a caption is not a web page).
 
     Filters run before redaction so that redaction (the slowest regex work) only touches survivors and
     quality statistics see the author's text, not placeholders.
     """
 
     guard: GuardSettings = GuardSettings()
+    images: ImageFilterSettings = ImageFilterSettings()
+    audio: AudioFilterSettings = AudioFilterSettings()
     html: HtmlSettings = HtmlSettings()
     normalize: NormalizeSettings = NormalizeSettings()
     language: LanguageSettings = LanguageSettings()

@@ -41,7 +41,7 @@ HTML = (
 
 
 # CleaningSettings' documented order: filters first, redaction last
-STEP_ORDER = ["guard", "html", "normalize", "language", "quality", "blocklist", "pii"]
+STEP_ORDER = ["guard", "images", "audio", "html", "normalize", "language", "quality", "blocklist", "pii"]
 
 def batch(texts, modalities=None, prefix="d") -> pa.RecordBatch:
     n = len(texts)
@@ -240,6 +240,8 @@ def test_settings_are_strict_and_explain_mistakes():
     )
     assert [st.name for st in build_pipeline(s).steps] == [
         "guard",
+        "images",
+        "audio",
         "html",
         "normalize",
         "quality",
@@ -257,6 +259,8 @@ def test_steps_can_be_switched_off():
             "blocklist": {"enabled": False},
             "pii": {"enabled": False},
             "normalize": {"enabled": False},
+            "images": {"enabled": False},
+            "audio": {"enabled": False},
         }
     )
     p = build_pipeline(s)

@@ -186,7 +186,8 @@ def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> li
     if isinstance(src, HuggingFaceSource):
         location = cfg.source_location(name)
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
-        return [InputUnit(0, location, lambda sink, _threads=True: read_huggingface(src, location, sink, mtime))]
+        return [InputUnit(0, location,
+                          lambda sink, _threads=True: read_huggingface(src, location, sink, mtime, cfg.media))]
     ctx, root, files = source_files(cfg, name, s3)
     if isinstance(src, ManifestSource):
         return _manifest_units(cfg, src, ctx, files, s3)
