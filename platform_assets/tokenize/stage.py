@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
 from platform_assets.parquet_parts import PartWriter, TableSink, TableSource, output_schema
+from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
 from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
@@ -97,10 +98,27 @@ class _SmallestHashes:
         return [(d, t) for _, d, t in self.items]
 
 
+def text_documents(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch without its media documents: images, pages and clips go to `media_shards` (their
+    captions and transcripts stay with their media there). A text-only batch is returned as it is."""
+    if "modality" not in batch.schema.names:
+        return batch
+    media = pc.is_in(batch.column("modality"), value_set=pa.array(sorted(MEDIA_MODALITIES), pa.string()))
+    if not pc.any(media).as_py():
+        return batch.drop_columns(["modality"])
+    return batch.filter(pc.invert(media)).drop_columns(["modality"])
+
+
+def _with_modality(source: TableSource, columns: list[str]) -> list[str]:
+    return [*columns, "modality"] if source.schema is not None and "modality" in source.schema.names else columns
+
+
 def _documents(storage: Storage, rel: str,
                batch_rows: int) -> Iterator[tuple[np.ndarray, pa.Array, pa.Array, pa.Array]]:
-    """(id hash, id, split, text) per record batch of the split output."""
-    for batch in TableSource(storage, rel, IOSettings(batch_rows=batch_rows)).batches(["id", "split", "text"]):
+    """(id hash, id, split, text) per record batch of the split output (text documents only)."""
+    source = TableSource(storage, rel, IOSettings(batch_rows=batch_rows))
+    for batch in source.batches(_with_modality(source, ["id", "split", "text"])):
+        batch = text_documents(batch)
         ids = batch.column("id")
         yield id_unit_interval(ids, SAMPLE_SEED), ids, batch.column("split"), batch.column("text")
 
@@ -274,7 +292,11 @@ def tokenize_outputs(
     excluded: list[pa.RecordBatch] = []
     with TableSink(storage, out_rel, encoder.schema, io) as sink:
         writers = _SetWriters(sink, rows_per_batch)
-        for batch in TableSource(storage, splits_rel, io).batches(columns):
+        source = TableSource(storage, splits_rel, io)
+        for batch in source.batches(_with_modality(source, columns)):
+            batch = text_documents(batch)
+            if not batch.num_rows:
+                continue
             encoded = encoder.encode(batch)
             stats.merge(encoded.stats)
             if encoded.exclusions.num_rows:
