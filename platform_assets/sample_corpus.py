@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform_assets.config import REPO_ROOT
+from platform_assets.sample_media import media_files
 
 SEED_FILE = REPO_ROOT / "sample_data" / "real_docs.jsonl.gz"
 DEFAULT_OUT = REPO_ROOT / "data" / "sample"
@@ -133,6 +134,9 @@ def write_sample_corpus(out: Path = DEFAULT_OUT) -> dict[str, int]:
         ], "path": d["path"]})
     chats.append({"conversations": [{"from": "narrator", "value": "an unknown role"}], "path": "bad-role"})
     files[Path("sft/handbook-conversations.jsonl")] = _jsonl(chats)
+
+    # images, pdfs, audio, multimodal: drawn by sample_media.py (Pillow, PyMuPDF, soundfile)
+    files.update({Path(rel): data for rel, data in media_files().items()})
 
     written: dict[str, int] = {}
     for rel, data in sorted(files.items()):

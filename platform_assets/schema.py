@@ -1,4 +1,5 @@
-"""The documents schema (v3: any modality, with what ingest measured of each media item), the quarantine schema, and the stable document id.
+"""The documents schema (v3: any modality, with what ingest measured of each media item), the quarantine
+schema, and the stable document id.
 
 The schema is versioned: its `name/version` travels in the Parquet schema metadata so a reader can
 refuse a file written by an incompatible version instead of silently misreading it (v1 outputs are

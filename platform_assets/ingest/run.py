@@ -22,9 +22,15 @@ from platform_assets.ingest.settings import IngestSettings, SourcePlan
 from platform_assets.ingest.writer import DocumentWriter, WriteStats
 from platform_assets.parquet_parts import TableSink
 from platform_assets.schema import DOCUMENTS_SCHEMA
+from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import S3Settings, Storage
 
 __all__ = ["QUARANTINE_FILE", "IngestResult", "ingest_source", "input_groups"]
+
+# Quarantine reasons that mean "a media room could not decode the file" (not a user's choice such as
+# a path outside the roots or a page limit): their rate is what a broken decoder would move.
+DECODE_FAILURES = (Q.CORRUPT_IMAGE, Q.CORRUPT_PDF, Q.ENCRYPTED_PDF, Q.CORRUPT_AUDIO, Q.EMPTY_AUDIO,
+                   Q.UNSUPPORTED_MEDIA)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +45,15 @@ class IngestResult(StageResult):
     modalities: dict[str, int] = field(default_factory=dict)  # documents per modality
     media_bytes: int = 0  # prepared media bytes stored inline
     ocr_pages: int = 0  # PDF pages whose text came from Tesseract
+    pdf_text_pages: int = 0  # PDF pages with text (text layer or OCR)
+
+    @property
+    def media_decode_failures(self) -> int:
+        return sum(self.quarantine_counts.get(r, 0) for r in DECODE_FAILURES)
+
+    @property
+    def media_documents(self) -> int:
+        return sum(self.modalities.get(m, 0) for m in ("image", "pdf", "audio"))
 
     @property
     def quarantined(self) -> int:
@@ -51,7 +66,8 @@ class IngestResult(StageResult):
         media = {k: v for k, v in self.modalities.items() if k in ("image", "pdf", "audio")}
         if media:  # text sources report what they always did
             out.update({f"documents_{k}": v for k, v in sorted(self.modalities.items())})
-            out.update(media_bytes=self.media_bytes, pdf_pages_ocr=self.ocr_pages)
+            out.update(media_bytes=self.media_bytes, pdf_pages_ocr=self.ocr_pages,
+                       pdf_pages_with_text=self.pdf_text_pages, media_decode_failures=self.media_decode_failures)
         return out
 
     @property
@@ -137,4 +153,5 @@ def ingest_source(
         modalities=dict(sorted(stats.modalities.items())),
         media_bytes=stats.media_bytes,
         ocr_pages=stats.ocr_pages,
+        pdf_text_pages=stats.pdf_text_pages,
     )

@@ -153,6 +153,13 @@ class IngestSettings(StrictModel):
     ~1 MB of JSONL), so 3,786 small images still spread over parallel groups (15 parts)."""
     max_quarantine_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05
     """Above this share of quarantined inputs the `quarantine_rate_within_bounds` check warns."""
+    max_media_decode_failure_fraction: Annotated[float, Field(ge=0, le=1)] = 0.1
+    """Above this share of media files that no room could decode (corrupt, encrypted, unsupported) the
+    blocking `media_decode_failures_within_bounds` check fails: a broken decoder (a Pillow or libsndfile
+    upgrade) would otherwise quietly turn a source into quarantine rows."""
+    min_pdf_text_coverage: Annotated[float, Field(ge=0, le=1)] = 0.5
+    """The `pdf_text_coverage` check warns when fewer PDF pages than this have text (from the text layer
+    or OCR): what a missing Tesseract or a scanned corpus looks like."""
 
 
 class SourcePlan(Protocol):

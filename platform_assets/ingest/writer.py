@@ -30,6 +30,7 @@ class WriteStats(Counts):
     modalities: Counter[str] = field(default_factory=Counter)  # documents per modality
     media_bytes: int = 0  # prepared media bytes stored inline
     ocr_pages: int = 0  # PDF pages whose text came from Tesseract
+    pdf_text_pages: int = 0  # PDF pages with text (from the text layer or OCR)
 
 
 class DocumentWriter:
@@ -64,6 +65,7 @@ class DocumentWriter:
         if rec.media:
             self.stats.media_bytes += sum(len(m["bytes"] or b"") for m in rec.media)
             self.stats.ocr_pages += sum(bool(m.get("ocr")) for m in rec.media)
+            self.stats.pdf_text_pages += rec.modality == "pdf" and bool(rec.text.strip())
         if len(self._buf) >= self._io.batch_rows or self._buf_bytes >= self._io.batch_bytes:
             self._flush()
 

@@ -25,6 +25,12 @@ RAW_DOCUMENT_CHECKS = [
                       description="The source produced at least one document."),
     dg.AssetCheckSpec("quarantine_rate_within_bounds", asset=ASSET,
                       description="Quarantined inputs are at most `ingest.max_quarantine_fraction` of all inputs."),
+    dg.AssetCheckSpec("media_decode_failures_within_bounds", asset=ASSET, blocking=True,
+                      description="Media files no room could decode (corrupt, encrypted, unsupported) are at most "
+                                  "`ingest.max_media_decode_failure_fraction` of the media read."),
+    dg.AssetCheckSpec("pdf_text_coverage", asset=ASSET,
+                      description="At least `ingest.min_pdf_text_coverage` of the PDF pages have text (text layer "
+                                  "or OCR)."),
 ]
 
 
@@ -52,5 +58,28 @@ def evaluate_raw_document_checks(
             check_name="quarantine_rate_within_bounds", passed=fraction <= bound,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={"quarantined": result.quarantined, "fraction": round(fraction, 6), "bound": bound},
+        ),
+        *media_checks(result, cfg),
+    ]
+
+
+def media_checks(result: IngestResult, cfg: PipelineConfig) -> list[dg.AssetCheckResult]:
+    failures = result.media_decode_failures
+    read = failures + result.media_documents
+    failure_rate = failures / read if read else 0.0
+    pages = result.modalities.get("pdf", 0)
+    coverage = result.pdf_text_pages / pages if pages else 1.0
+    return [
+        dg.AssetCheckResult(
+            check_name="media_decode_failures_within_bounds",
+            passed=failure_rate <= cfg.ingest.max_media_decode_failure_fraction,
+            metadata={"decode_failures": failures, "media_documents": result.media_documents,
+                      "fraction": round(failure_rate, 6), "bound": cfg.ingest.max_media_decode_failure_fraction},
+        ),
+        dg.AssetCheckResult(
+            check_name="pdf_text_coverage", passed=coverage >= cfg.ingest.min_pdf_text_coverage,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"pdf_pages": pages, "pages_with_text": result.pdf_text_pages, "pages_ocr": result.ocr_pages,
+                      "coverage": round(coverage, 6), "bound": cfg.ingest.min_pdf_text_coverage},
         ),
     ]
