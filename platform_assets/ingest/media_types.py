@@ -23,6 +23,10 @@ MEDIA_EXTENSIONS = frozenset(t.extension for t in filetype.TYPES
     "jpeg", "jpe", "tiff", "oga", "opus", "wave"}
 
 
+def named_as_media(path: str) -> bool:
+    return path.rpartition(".")[2].lower() in MEDIA_EXTENSIONS if "." in path.rpartition("/")[2] else False
+
+
 def sniff_mime(head: bytes) -> str | None:
     """The MIME type of content starting with `head`, or None when no known signature matches."""
     # the same 8 KiB head the binary check reads (filetype needs 261 bytes for most signatures)

@@ -1,4 +1,4 @@
-"""Documents schema v2 on disk: v1 outputs read as v2 through the one part reader; newer ones refused."""
+"""Documents schema on disk: v1 and v2 outputs read as v3 through the one part reader; newer ones refused."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,3 +34,34 @@ def test_a_newer_documents_output_is_a_clear_error(tmp_path):
     _v1_part(tmp_path / "raw_documents" / "web" / "part-00000.parquet", "platform.documents/9")
     with pytest.raises(SchemaVersionError, match=r"part-00000.parquet: written with schema 'platform.documents/9'"):
         list(read_batches(Storage(str(tmp_path)), "raw_documents/web"))
+
+
+def test_a_v2_output_with_media_reads_as_v3_with_nothing_measured(tmp_path):
+    """v2 media items had kind/mime/uri/sha256/bytes only: they keep them, and every measured field
+    (width, phash, duration_s, ...) reads as null; text rows keep a null media list."""
+    from platform_assets.schema import DOCUMENTS_V2_TAG, MEDIA_ITEM_V2_FIELDS, MEDIA_MEASURED_FIELDS
+
+    item_v2 = pa.struct([f for f in DOCUMENTS_SCHEMA.field("media").type.value_type if f.name in MEDIA_ITEM_V2_FIELDS])
+    fields = [f if f.name != "media" else pa.field("media", pa.list_(pa.field("element", item_v2, nullable=False)))
+              for f in DOCUMENTS_SCHEMA]
+    rows = [{"id": "img", "source": "s", "text": "", "modality": "image", "uri": "a.png", "license": None,
+             "meta": None, "ingested_at": None,
+             "media": [{"kind": "image", "mime": "image/png", "uri": "a.png", "sha256": "ab" * 32, "bytes": b"png"}]},
+            {"id": "txt", "source": "s", "text": "hello", "modality": "text", "uri": "b.txt", "license": None,
+             "meta": None, "ingested_at": None, "media": None}]
+    v2_schema = pa.schema(fields, metadata={b"platform.schema": DOCUMENTS_V2_TAG.encode()})
+    table = pa.Table.from_pylist(rows, schema=v2_schema)
+    path = tmp_path / "raw_documents" / "m" / "part-00000.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    storage = Storage(str(tmp_path))
+    (batch,) = read_batches(storage, "raw_documents/m")
+    assert batch.schema.equals(DOCUMENTS_SCHEMA, check_metadata=True)
+    image, text = batch.column("media").to_pylist()
+    assert text is None
+    (item,) = image
+    assert (item["kind"], item["sha256"], item["bytes"]) == ("image", "ab" * 32, b"png")
+    assert all(item[name] is None for name in MEDIA_MEASURED_FIELDS)
+    (projected,) = read_batches(storage, "raw_documents/m", ["media"])  # a projection upgrades too
+    assert projected.column("media").type == DOCUMENTS_SCHEMA.field("media").type
+    assert output_schema(storage, "raw_documents/m").equals(DOCUMENTS_SCHEMA)

@@ -28,8 +28,9 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     source = context.partition_key
     ctx = stage_context(pipeline, "cleaned_documents", source)
     cfg = ctx.cfg
-    stage = run_stage("cleaned_documents", lambda: clean_output(
-        ctx.storage, ctx.input_dir("raw_documents", source), ctx.rel, cfg.cleaning_settings(), cfg.io))
+    in_rel = ctx.input_dir("raw_documents", source)
+    stage = run_stage("cleaned_documents", lambda: clean_output(ctx.storage, in_rel, ctx.rel,
+                                                                cfg.cleaning_settings(), cfg.io))
     funnel = stage.funnel
     context.log.info(f"{source}: {funnel.docs_in} in, {funnel.docs_out} out, removed {funnel.removed_by_rule()}")
     removed = {rule: v["docs"] for rule, v in funnel.removed_by_rule().items()}
@@ -44,5 +45,5 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
         "pii_redactions": counts_table({k.removeprefix("pii."): v for k, v in counters.items()
                                         if k.startswith("pii.") and k != "pii.docs_with_pii"}, "type"),
     }
-    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg)
+    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel)
     return stage_result(ctx, stage, metadata, checks, preview=["id", "lang", "lang_score", "text"])

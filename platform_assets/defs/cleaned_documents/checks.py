@@ -36,6 +36,14 @@ CLEANING_CHECKS = [
         description="A second PII scan of the kept text and chat messages finds nothing to redact.",
     ),
     dg.AssetCheckSpec(
+        "removal_rate_per_modality_within_bounds",
+        asset=ASSET,
+        blocking=True,
+        description="Cleaning removes at most `cleaning_gates.max_removal_rate` of each modality's documents "
+        "(images, PDF pages, audio, text): a broken media filter cannot empty one modality while the "
+        "source as a whole looks fine.",
+    ),
+    dg.AssetCheckSpec(
         "language_mix_as_configured",
         asset=ASSET,
         description="Kept documents are in allowed languages, above the score threshold, and "
@@ -110,8 +118,23 @@ def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[
     return problems, dict(shares.most_common())
 
 
+def modality_counts(storage: Storage, rel: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for batch in read_batches(storage, rel, ["modality"]):
+        for entry in pc.value_counts(batch.column("modality")).to_pylist():
+            counts[entry["values"]] += entry["counts"]
+    return counts
+
+
+def modality_removal(storage: Storage, in_rel: str, out_rel: str, bound: float) -> tuple[dict[str, float], list[str]]:
+    """({modality: share removed}, violations) from the `modality` column of input and output."""
+    before, after = modality_counts(storage, in_rel), modality_counts(storage, out_rel)
+    rates = {m: round(1 - after.get(m, 0) / n, 4) for m, n in sorted(before.items()) if n}
+    return rates, [f"{m}: {r:.2%} of {before[m]} removed > {bound:.0%}" for m, r in rates.items() if r > bound]
+
+
 def evaluate_cleaning_checks(
-    storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig
+    storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig, in_rel: str | None = None
 ) -> list[dg.AssetCheckResult]:
     removal = removal_violations(funnel, cfg.cleaning_gates)
     pii = residual_pii(storage, rel, cfg)
@@ -132,6 +155,7 @@ def evaluate_cleaning_checks(
             passed=sum(pii.values()) == 0,
             metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}},
         ),
+        *([_modality_check(storage, in_rel, rel, cfg.cleaning_gates.max_removal_rate)] if in_rel else []),
         dg.AssetCheckResult(
             check_name="language_mix_as_configured",
             passed=not lang_problems,
@@ -142,3 +166,11 @@ def evaluate_cleaning_checks(
             },
         ),
     ]
+
+
+def _modality_check(storage: Storage, in_rel: str, rel: str, bound: float) -> dg.AssetCheckResult:
+    rates, violations = modality_removal(storage, in_rel, rel, bound)
+    return dg.AssetCheckResult(
+        check_name="removal_rate_per_modality_within_bounds", passed=not violations,
+        metadata={"violations": "\n".join(violations) or "none", "bound": bound,
+                  **{f"rate.{m}": r for m, r in rates.items()}})

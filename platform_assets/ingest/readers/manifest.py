@@ -112,9 +112,12 @@ def read_manifest(ctx: ReadContext, file: FileEntry, chunk: tuple[int, int, int]
                   guard: RootGuard, s3: S3Settings | None) -> Iterator[Record]:
     """The documents of one chunk of a manifest's rows (see `manifest_chunks`)."""
     start, end, first_line = chunk
-    if is_parquet(file.path) or compression_of(file.path) is not None:
+    if is_parquet(file.path):
+        with ctx.fs.open_input_file(file.path) as f:  # Parquet needs random access to its footer
+            rows = list(manifest_rows(ctx, file, f))  # rows are small; media are read one at a time
+    elif compression_of(file.path) is not None:
         with open_stream(ctx.fs, file.path) as stream:
-            rows = list(manifest_rows(ctx, file, stream))  # rows are small; media are read one at a time
+            rows = list(manifest_rows(ctx, file, stream))
     else:
         with ctx.fs.open_input_file(file.path) as f:
             f.seek(start)

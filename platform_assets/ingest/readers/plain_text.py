@@ -9,7 +9,7 @@ import orjson
 
 from platform_assets.ingest.file_io import SNIFF_BYTES, iter_lines, looks_binary
 from platform_assets.ingest.media_records import MediaReader
-from platform_assets.ingest.media_types import media_kind, sniff_mime
+from platform_assets.ingest.media_types import media_kind, named_as_media, sniff_mime
 from platform_assets.ingest.records import ReadContext, Record
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry
@@ -52,6 +52,10 @@ def read_whole_file(ctx: ReadContext, file: FileEntry, stream, source_root: str,
             return  # the sidecar was quarantined: the pair goes together
         meta["path"] = rel
         yield from media.documents(data, uri, text=text, meta=meta, mtime_s=file.mtime_s, allowed=media.kinds)
+        return
+    if media is not None and kind is None and named_as_media(file.path):
+        ctx.quarantine.add(uri, Q.MEDIA_TYPE_MISMATCH, f"named as media, but the bytes are "
+                                                       f"{mime or 'of no known media type'}", data[:64])
         return
     if looks_binary(data) or kind is not None:
         what = f"{mime} ({kind}): not among this source's media kinds" if kind else \
