@@ -103,9 +103,10 @@ class LanguageFilter(DocumentStep):
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         lang, score = self.identifier.predict(doc.text)
         counters[f"lang.{lang}"] += 1
-        if score < self.settings.min_score:
+        confident = score >= self.settings.min_score
+        if not confident and doc.modality not in self.settings.label_only_modalities:
             return Drop("low_confidence", f"{lang}:{fmt(score)} < {fmt(self.settings.min_score)}")
-        if self.allow is not None and lang not in self.allow:
+        if confident and self.allow is not None and lang not in self.allow:
             return Drop("not_allowed", f"{lang}:{fmt(score)}")
         doc.out["lang"] = lang
         doc.out["lang_score"] = score
