@@ -1,21 +1,24 @@
-"""dataset_version: the packed shard set recorded with DVC and pushed to the configured remote."""
+"""dataset_version: the packed shard set (and the media shard set, where built) recorded with DVC and
+pushed to the configured remote."""
 
 import json
 from pathlib import Path
 
 import dagster as dg
 
+from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.dataset_version.checks import VERSION_CHECKS, evaluate_version_checks
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import failures_as_dagster, stage_context
 from platform_assets.versioning.dvc_repo import DvcRepo
-from platform_assets.versioning.record import VERSION_FILE, version_record
+from platform_assets.versioning.record import VERSION_FILE, media_record, version_record
 
 SHARDS = "packed_shards"
+MEDIA = "media_shards"
 
 
 @dg.asset(
-    deps=[SHARDS],
+    deps=[SHARDS, MEDIA],
     check_specs=VERSION_CHECKS,
     group_name="release",
     kinds={"dvc"},
@@ -24,7 +27,9 @@ SHARDS = "packed_shards"
     code_version="1",
     description=(
         "The packed shard set as a DVC version: `dvc commit` of its dvc.yaml stage (or `dvc add`), then "
-        "`dvc push`. The DVC md5 is this asset's data version; training runs name it."
+        "`dvc push`. The DVC md5 is this asset's data version; training runs name it. The media shard set, "
+        "where media_shards has an output, is recorded and pushed the same way as a version of its own "
+        "(`media_dvc_md5`, and `media` in version.json)."
     ),
 )
 def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
@@ -35,15 +40,25 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
                          f"workspace); storage.root is {cfg.storage_root}. Push to S3 with versioning.remote instead.")
     settings = cfg.versioning
     shards_dir = Path(cfg.storage_root) / ctx.input_dir(SHARDS)
+    media_dir = Path(cfg.storage_root) / ctx.input_dir(MEDIA)
+    media_version = None
     with failures_as_dagster("dataset_version"):
         repo = DvcRepo(cfg.resolve(settings.dvc_repo), settings.dvc_executable)
         repo.ensure_initialized()
         remote_url = repo.configure_remote(settings.remote, cfg.config_dir)
         version = repo.record(shards_dir)
+        # a committed media_shards output (a corpus without media has one too: indexes with no sets)
+        if (media_dir / MANIFEST_FILE).is_file():
+            media_version = repo.record(media_dir)
         if settings.push:
             version = repo.push(version, settings.remote.name)
-    context.log.info(f"dataset version {version.md5} ({version.recorded_in}, pushed={version.pushed})")
-    record = version_record(version, storage.uri(ctx.input_dir(SHARDS)), remote_url if settings.push else None)
+            if media_version is not None:
+                media_version = repo.push(media_version, settings.remote.name)
+    context.log.info(f"dataset version {version.md5} ({version.recorded_in}, pushed={version.pushed})"
+                     + (f"; media {media_version.md5}" if media_version else ""))
+    media = media_record(media_version, storage.uri(ctx.input_dir(MEDIA))) if media_version else None
+    record = version_record(version, storage.uri(ctx.input_dir(SHARDS)), remote_url if settings.push else None,
+                            media)
     storage.write_bytes_atomic(f"{ctx.rel}/{VERSION_FILE}",
                                json.dumps(record, indent=1, sort_keys=True).encode())
     totals = record["totals"]
@@ -58,12 +73,17 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
         "files": version.files,
         "bytes": version.bytes,
         **{f"{k}": v for k, v in totals.items()},
+        "media_dvc_md5": media_version.md5 if media_version else "none (no media_shards output)",
     }
+    if media is not None:
+        metadata.update(media_files=media_version.files, media_bytes=media_version.bytes,
+                        media_samples=media["totals"].get("samples", 0))
     if version.git_dirty:
         context.log.warning(f"commit {version.recorded_in} to pin this version in git (the working tree differs "
                             "from HEAD)")
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=dg.DataVersion(version.md5),
-        check_results=evaluate_version_checks(repo, version, shards_dir, settings),
+        check_results=evaluate_version_checks(repo, version, shards_dir, settings,
+                                              (media_version, media_dir) if media_version else None),
     )

@@ -6,7 +6,7 @@ import dagster as dg
 
 PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents", "cleaned_documents")
 CORPUS_ASSETS = dg.AssetSelection.assets(
-    "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards")
+    "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards", "media_shards")
 RELEASE_ASSETS = dg.AssetSelection.assets("dataset_version")
 TRAINING_ASSETS = dg.AssetSelection.assets("training_run")
 
@@ -19,14 +19,14 @@ per_source_job = dg.define_asset_job(
 corpus_job = dg.define_asset_job(
     "corpus_job",
     selection=CORPUS_ASSETS,
-    description="Deduplicate across all sources, split, train/load the tokenizer, tokenize and pack into shards; "
-                "needs every source's cleaned partition.",
+    description="Deduplicate across all sources, split, train/load the tokenizer, tokenize and pack into shards, "
+                "and write the media documents as media shards; needs every source's cleaned partition.",
 )
 
 release_job = dg.define_asset_job(
     "release_job",
     selection=RELEASE_ASSETS,
-    description="Record the packed shards as a DVC version and push it to the remote.",
+    description="Record the packed shards (and the media shards) as DVC versions and push them to the remote.",
 )
 
 training_job = dg.define_asset_job(
