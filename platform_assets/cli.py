@@ -10,7 +10,7 @@ run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (de
 query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
            cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
            dedup_exclusions, dataset_splits, tokenized_documents, tokenize_exclusions,
-           provenance, packing_exclusions)
+           provenance, packing_exclusions, media_samples, media_exclusions)
 explain    where a document is in the packed shards, or why it is not (quarantined, filtered,
            deduplicated, dropped by packing): `explain <document id>`
 """
@@ -104,7 +104,8 @@ def _summary(job: str, result) -> str:
     if job == "corpus_job":
         return (f"dedup {m('deduplicated_documents', 'documents_in')} -> {m('deduplicated_documents', 'rows')} "
                 f"documents, split {m('dataset_splits', 'rows')}, tokens {m('tokenized_documents', 'tokens')}, "
-                f"sequences {m('packed_shards', 'sequences')} (efficiency {m('packed_shards', 'efficiency')})")
+                f"sequences {m('packed_shards', 'sequences')} (efficiency {m('packed_shards', 'efficiency')}), "
+                f"media samples {m('media_shards', 'samples')}")
     if job == "release_job":
         return f"dvc md5 {m('dataset_version', 'dvc_md5')}"
     return (f"steps {m('training_run', 'steps')}, final loss {m('training_run', 'final_loss')}, "
@@ -168,6 +169,9 @@ def cmd_query(args: argparse.Namespace) -> int:
             "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCL}"),
             "provenance": ("packed_shards", "_all/provenance.parquet"),
             "packing_exclusions": ("packed_shards", f"_all/{EXCL}"),
+            # one row per image / page / clip with its measured columns (width, duration_s, ...)
+            "media_samples": ("media_shards", "_all/parquet/*shard-*.parquet"),
+            "media_exclusions": ("media_shards", f"_all/{EXCL}"),
         },
     )
     rel = con.sql(args.sql)
