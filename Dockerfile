@@ -13,9 +13,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DAGSTER_HOME=/opt/dagster/dagster_home \
     PLATFORM_CONFIG=/opt/platform/configs/sample.yaml
 
-# git: DVC shells out to it for `dvc add/push` bookkeeping.
+# git: DVC shells out to it for `dvc add/push` bookkeeping. tesseract-ocr: OCR of PDF pages without
+# a text layer (platform_assets/media/pdf.py).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git \
+    && apt-get install -y --no-install-recommends git tesseract-ocr tesseract-ocr-eng \
     && rm -rf /var/lib/apt/lists/*
 
 # DVC in its own virtualenv: it pins antlr4-python3-runtime 4.9 (via hydra/omegaconf), which breaks

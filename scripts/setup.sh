@@ -3,6 +3,7 @@
 #   .venv      the project with its test extra (dagster, pyarrow, duckdb, datasets, torch, ...)
 #   .venv-dvc  DVC as a separate tool: its hydra-core pins antlr4 4.9, which breaks Dagster's
 #              asset selection (needs 4.13), so the project calls the `dvc` CLI from here.
+# Debian's tesseract-ocr (OCR of scanned PDF pages) is installed when missing, if apt-get runs as root.
 # Set PYTHON to choose the interpreter (3.11+). PLATFORM_SYSTEM_DEPS=1 also installs the Debian
 # packages some tests use (docker-compose to validate the compose file, chromium for UI tests,
 # redis-server for the shared LSH index);
@@ -11,6 +12,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Tesseract OCRs PDF pages without a text layer (the sample has one): the main job needs it, so it is
+# installed whenever apt-get can (as root); without it ingest says once that OCR is off and the
+# OCR tests skip with that reason.
+if ! command -v tesseract >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      tesseract-ocr tesseract-ocr-eng >/dev/null
+  else
+    echo "note: tesseract-ocr is not installed (needs apt-get as root): PDF pages without text stay empty" >&2
+  fi
+fi
 
 if [ "${PLATFORM_SYSTEM_DEPS:-0}" = 1 ] && command -v apt-get >/dev/null; then
   missing=()
