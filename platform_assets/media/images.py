@@ -2,9 +2,9 @@
 
 Work per file is bounded before any pixel is decoded: the byte count is checked before Pillow sees the
 file, and width x height from the header against `max_pixels` (Pillow's own bomb check, a warning at
-89.5 MP and an error at 179 MP in its global `MAX_IMAGE_PIXELS`, is neither relied on nor changed; when
-it fires first it is reported as the same `decompression_bomb`). Then every file is decoded in full with
-`LOAD_TRUNCATED_IMAGES` off, so a truncated file is `corrupt_image`, never a half-grey image.
+89.5 MP and an error at 179 MP in its global `MAX_IMAGE_PIXELS`, is neither relied on nor changed; its
+error stays a hard limit above 179 MP, reported as the same `decompression_bomb`). Then every file is
+decoded in full with `LOAD_TRUNCATED_IMAGES` off, so a truncated file is `corrupt_image`, never a half-grey image.
 
 Bytes that need no change (JPEG/PNG/WebP, 8-bit RGB, one frame, no EXIF rotation, no resize) are kept as
 they are: no re-encode, no generation loss. Everything else is re-encoded, JPEG sources as JPEG at
@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import math
 import struct
-import warnings
 import zlib
 
 import imagehash
@@ -77,19 +76,21 @@ def prepare_image(data: bytes, settings: ImageSettings = DEFAULT_MEDIA.images) -
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         # Set process-wide by some other code: Pillow would then fill a truncated file with grey silently.
         raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True: truncated images would be accepted")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            return _prepare(data, settings)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise MediaRejected(QuarantineReason.DECOMPRESSION_BOMB, f"Pillow's own limit: {e}") from e
-        except UnidentifiedImageError as e:
-            signature = _signature(data)
-            if signature:  # the start of a known format whose header Pillow could not parse: cut short or damaged
-                raise MediaRejected(QuarantineReason.CORRUPT_IMAGE,
-                                    f"{len(data)} bytes with a {signature} signature: unreadable header") from e
-            raise MediaRejected(QuarantineReason.UNSUPPORTED_MEDIA,
-                                f"{len(data)} bytes starting {data[:8]!r}: not an image format Pillow reads") from e
+    # Pillow's DecompressionBombWarning (> 89.5 MP) is not turned into an error: `max_pixels` is checked
+    # from the header first (64 MP by default, so the warning never fires), and `warnings.catch_warnings`
+    # changes process-wide state, which is not safe while ingest reads two groups on two threads. Pillow's
+    # error (> 179 MP) stays a hard limit whatever `max_pixels` says.
+    try:
+        return _prepare(data, settings)
+    except Image.DecompressionBombError as e:
+        raise MediaRejected(QuarantineReason.DECOMPRESSION_BOMB, f"Pillow's own limit: {e}") from e
+    except UnidentifiedImageError as e:
+        signature = _signature(data)
+        if signature:  # the start of a known format whose header Pillow could not parse: cut short or damaged
+            raise MediaRejected(QuarantineReason.CORRUPT_IMAGE,
+                                f"{len(data)} bytes with a {signature} signature: unreadable header") from e
+        raise MediaRejected(QuarantineReason.UNSUPPORTED_MEDIA,
+                            f"{len(data)} bytes starting {data[:8]!r}: not an image format Pillow reads") from e
 
 
 def _prepare(data: bytes, settings: ImageSettings) -> PreparedMedia:

@@ -20,7 +20,8 @@ class ImageSettings(StrictModel):
     """Files above this are quarantined (`media_too_large`) before decoding."""
     max_pixels: Annotated[int, Field(gt=0)] = 64_000_000
     """Width x height above this is a decompression bomb: quarantined from the header alone, before
-    any pixel is decoded (an 8000 x 8000 RGB image decodes to 192 MB). Pillow's own default is 89.5 MP."""
+    any pixel is decoded (an 8000 x 8000 RGB image decodes to 192 MB). Pillow refuses anything over
+    179 MP (twice its MAX_IMAGE_PIXELS) whatever this says, and warns above 89.5 MP."""
     background: tuple[
         Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)], Annotated[int, Field(ge=0, le=255)]
     ] = (255, 255, 255)
