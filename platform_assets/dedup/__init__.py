@@ -1,4 +1,5 @@
-"""Deduplication stage logic (Dagster-free): exact + MinHash-LSH near-duplicate removal.
+"""Deduplication stage logic (Dagster-free): exact, MinHash-LSH and perceptual-hash (images)
+near-duplicate removal.
 
 Entry points for the asset wrapper:
 - `Deduplicator(settings, accepted=None)`: `.add_batch(record_batch)` over every cleaned partition,
@@ -7,8 +8,9 @@ Entry points for the asset wrapper:
   `.cluster_size_histogram()`, `.counts`, `.accepted` (the incremental artifact).
 - `AcceptedSignatures.from_table(parquet_table, settings)` / `.to_table(settings)`.
 
-Modules: settings (config), shingles + hash64 (vectorised shingle hashing), minhash (signatures),
-lsh_index (datasketch MinHashLSH), exact (normalised-text hash + Arrow group-by), keep_policy
-(total order of documents), near_dedup (greedy LSH pass), clusters (union-find, reports),
-signature_store (the accepted-signature artifact), deduplicator (the stage).
+Modules: settings (config), keys (what is a duplicate, per modality), shingles + hash64 (vectorised
+shingle hashing), minhash (signatures), lsh_index (datasketch MinHashLSH), exact (normalised-text
+hash + Arrow group-by), keep_policy (total order of documents), near_dedup (greedy LSH pass),
+image_near (phash band index + greedy pass), clusters (union-find, reports), signature_store (the
+accepted-signature artifact), deduplicator (the stage).
 """

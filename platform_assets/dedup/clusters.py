@@ -66,24 +66,24 @@ def cluster_size_histogram(duplicates: pa.Table) -> pa.Table:
 
 
 def removed_per_source(decisions: pa.Table) -> pa.Table:
-    """Per source: documents in, removed as exact / near duplicates, and the removal rate."""
+    """Per source: documents in, removed as exact / near duplicates, and the removal rate. Image
+    near duplicates get their own column, only when there are some: a text corpus's table is the
+    one it always was."""
+    rules = {"exact": "exact_duplicate", "near": "near_duplicate", "near_image": "near_duplicate_image"}
+    if not pc.any(pc.equal(decisions["rule"], rules["near_image"])).as_py():
+        del rules["near_image"]
     t = pa.table(
-        {
-            "source": decisions["source"],
-            "exact": pc.equal(decisions["rule"], "exact_duplicate").fill_null(False).cast(pa.int64()),
-            "near": pc.equal(decisions["rule"], "near_duplicate").fill_null(False).cast(pa.int64()),
-        }
+        {"source": decisions["source"]}
+        | {k: pc.equal(decisions["rule"], rule).fill_null(False).cast(pa.int64()) for k, rule in rules.items()}
     )
-    g = t.group_by("source", use_threads=False).aggregate(
-        [("source", "count"), ("exact", "sum"), ("near", "sum")]
-    )
-    removed = pc.add(g["exact_sum"], g["near_sum"])
+    g = t.group_by("source", use_threads=False).aggregate([("source", "count"), *((k, "sum") for k in rules)])
+    removed = g["exact_sum"]
+    for k in list(rules)[1:]:
+        removed = pc.add(removed, g[f"{k}_sum"])
     out = pa.table(
-        {
-            "source": g["source"],
-            "documents": g["source_count"],
-            "removed_exact": g["exact_sum"],
-            "removed_near": g["near_sum"],
+        {"source": g["source"], "documents": g["source_count"]}
+        | {f"removed_{k}": g[f"{k}_sum"] for k in rules}
+        | {
             "removed": removed,
             "removal_rate": pc.divide(removed.cast(pa.float64()), g["source_count"].cast(pa.float64())),
         }

@@ -8,7 +8,8 @@
         kept, excluded = result.filter_batch(batch)
 
 Memory is bounded by the batch for text and by ~600 bytes per document otherwise (id, source, text
-hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify: exact`.
+hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify: exact`, plus 16
+bytes per image document (its phash and row number) for perceptual-hash dedup (image_near.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 from platform_assets.contracts import DEFAULT_IO, Counts, exclusions_schema
 from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
+from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
 from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
 from platform_assets.dedup.lsh_index import LshIndex
@@ -33,13 +35,14 @@ from platform_assets.dedup.signature_store import AcceptedSignatures
 
 EXACT = "exact_duplicate"
 NEAR = "near_duplicate"
+NEAR_IMAGE = "near_duplicate_image"  # perceptual hash within dedup.images.max_distance
 
 DECISIONS_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),
         pa.field("keep", pa.bool_(), nullable=False),
-        pa.field("rule", pa.string()),  # null, exact_duplicate or near_duplicate
+        pa.field("rule", pa.string()),  # null, exact_duplicate, near_duplicate or near_duplicate_image
         pa.field("cluster_id", pa.string(), nullable=False),  # id of the kept member (own id if kept)
         pa.field("kept_id", pa.string()),
         pa.field("similarity", pa.float32()),  # to the kept member; 1.0 for exact duplicates
@@ -82,6 +85,12 @@ class DedupCounts(Counts):
     lsh_candidates: int = 0
     rejected_by_verification: int = 0
     unknown_candidates: int = 0  # LSH keys without a local signature (other workers, shared Redis)
+    images: int = 0  # image documents with a phash (exact duplicates included)
+    removed_near_image: int = 0
+    image_bands: int = 0
+    image_tables: int = 0  # sorted passes of the band index (one per combination of key bands)
+    image_candidates: int = 0  # pairs the band index proposed (distinct hashes, before the popcount)
+    image_pairs: int = 0  # of those, within max_distance
 
 
 @dataclass
@@ -164,6 +173,9 @@ class Deduplicator:
         self._sigs: list[np.ndarray] = []
         self._n_shingles: list[np.ndarray] = []
         self._store = ShingleStore() if near.enabled and near.verify == "exact" else None
+        self._rows = 0
+        self._image_rows: list[np.ndarray] = []  # row numbers of image documents with a phash
+        self._phashes: list[np.ndarray] = []
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         s = self.settings
@@ -177,6 +189,12 @@ class Deduplicator:
             self._hashes.append(exact_keys(batch, s.exact))
         else:
             self._hashes.append(pa.nulls(n, TEXT_HASH_TYPE))
+        # kept even when dedup.images is off: the accepted artifact carries them for a later run
+        rows, phashes = image_phashes(batch)
+        if len(rows):
+            self._image_rows.append(rows + self._rows)
+            self._phashes.append(phashes)
+        self._rows += n
         if not s.near.enabled:
             self._sigs.append(np.full((n, s.near.num_perm), EMPTY, np.uint32))
             self._n_shingles.append(np.zeros(n, np.int32))
@@ -208,6 +226,11 @@ class Deduplicator:
             self._exact_links(hashes, order, rank, links)
         if s.near.enabled and n:
             self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+        image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
+        phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
+        counts.images = len(image_rows)
+        if s.images.enabled and len(image_rows):
+            self._image_links(image_rows, phashes, rank, links, counts)
         root = self._resolve_clusters(rank, links)
 
         keep = links.target < 0
@@ -222,12 +245,14 @@ class Deduplicator:
                 pc.take(hashes, take),
                 n_sh[kept_rows],
                 sigs[kept_rows],
+                _phashes_of(kept_rows, image_rows, phashes),
             )
         )
         removed = ~keep
         counts.kept = int(keep.sum())
         counts.removed_exact = int((links.rule == 1).sum())
         counts.removed_near = int((links.rule == 2).sum())
+        counts.removed_near_image = int((links.rule == 3).sum())
         counts.removed_against_earlier_runs = int((root[removed] < n_prior).sum())
         counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
         return DedupResult(decisions, duplicates, accepted, counts)
@@ -270,6 +295,38 @@ class Deduplicator:
         counts.rejected_by_verification = out.rejected
         counts.unknown_candidates = out.unknown_candidates
 
+    def _prior_phashes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(global index, phash) of earlier runs' accepted documents that have a phash."""
+        if self.prior.phashes is None:
+            return np.empty(0, np.int64), np.empty(0, np.uint64)
+        ph = self.prior.phashes
+        at = np.flatnonzero(ph.is_valid().to_numpy(zero_copy_only=False))
+        return at, ph.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)[at]
+
+    def _image_links(
+        self, rows: np.ndarray, phashes: np.ndarray, rank: np.ndarray, links: _Links, counts: DedupCounts
+    ) -> None:
+        """Images within max_distance of a better kept image (or an earlier run's one): greedy over
+        distinct hashes in keep-policy order (image_near.py). Rows exact dedup removed take no part:
+        they follow the copy they were linked to."""
+        n_prior = len(self.prior)
+        eligible = links.target[rows] < 0
+        rows, phashes = rows[eligible], phashes[eligible]
+        prior_at, prior_ph = self._prior_phashes()
+        glob = np.concatenate([prior_at, rows + n_prior])
+        # earlier runs' documents are preferred to any new one (negative priorities), as in _resolve_clusters
+        priority = np.concatenate([prior_at - n_prior, rank[rows]])
+        fixed = np.arange(len(glob)) < len(prior_at)
+        out = near_duplicate_links(np.concatenate([prior_ph, phashes]), priority,
+                                   self.settings.images.max_distance, fixed)
+        counts.image_bands, counts.image_tables = out.bands, out.tables
+        counts.image_candidates, counts.image_pairs = out.candidates, out.pairs
+        hit = np.flatnonzero(out.target >= 0)
+        r = glob[hit] - n_prior  # never an earlier run's document: those are fixed
+        links.target[r] = glob[out.target[hit]]
+        links.similarity[r] = similarity(out.distance[hit])
+        links.rule[r] = 3
+
     def _resolve_clusters(self, rank: np.ndarray, links: _Links) -> np.ndarray:
         """Kept document (global index) of every row: union-find rooted at the best member."""
         n_prior = len(self.prior)
@@ -278,11 +335,11 @@ class Deduplicator:
         rows = np.flatnonzero(links.target >= 0)
         via = links.target[rows]
         uf.union_many(rows + n_prior, via)
-        # an exact copy of a document that was itself removed as a near duplicate inherits that
-        # document's similarity to the kept one
+        # an exact copy of a document that was itself removed as a near duplicate (text or image)
+        # inherits that document's similarity to the kept one
         second = np.zeros(len(rows), dtype=bool)
         current = via >= n_prior
-        second[current] = links.rule[via[current] - n_prior] == 2
+        second[current] = links.rule[via[current] - n_prior] >= 2
         links.similarity[rows[second]] = links.similarity[via[second] - n_prior]
         return uf.roots()[n_prior:]
 
@@ -298,7 +355,7 @@ class Deduplicator:
         n_prior = len(self.prior)
         all_ids = pa.concat_arrays([self.prior.ids, ids]) if n_prior else ids
         all_sources = pa.concat_arrays([self.prior.sources, sources]) if n_prior else sources
-        rule_names = pa.array(np.array([None, EXACT, NEAR], dtype=object)[links.rule], pa.string())
+        rule_names = pa.array(np.array([None, EXACT, NEAR, NEAR_IMAGE], dtype=object)[links.rule], pa.string())
         cluster_id = pc.take(all_ids, pa.array(root, pa.int64()))
         kept_id = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), cluster_id)
         sim = pa.array(links.similarity, pa.float32(), from_pandas=True)  # NaN -> null for kept rows
@@ -326,7 +383,16 @@ class Deduplicator:
 class _Links:
     target: np.ndarray  # int64: -1, or the global index of the document a row duplicates
     similarity: np.ndarray  # float32, NaN where no link
-    rule: np.ndarray  # int8: 0 kept, 1 exact, 2 near
+    rule: np.ndarray  # int8: 0 kept, 1 exact, 2 near, 3 near image
+
+
+def _phashes_of(rows: np.ndarray, image_rows: np.ndarray, phashes: np.ndarray) -> pa.UInt64Array | None:
+    """The phash of each of `rows` (null where none); None when this run has no image with one."""
+    if len(image_rows) == 0:
+        return None
+    at = np.minimum(np.searchsorted(image_rows, rows), len(image_rows) - 1)  # image_rows is ascending
+    found = image_rows[at] == rows
+    return pa.array(np.where(found, phashes[at], 0).astype(np.uint64), pa.uint64(), mask=~found)
 
 
 def _first_occurrence(ids: list[str], rows: np.ndarray) -> np.ndarray:

@@ -8,6 +8,12 @@ document), never by re-reading or re-shingling text.
 The schema metadata carries a fingerprint of every setting that changes signatures or text hashes
 (hash scheme version, algorithm, num_perm, seed, shingling, exact normalisation): loading an
 artifact written with other settings fails loudly instead of silently finding nothing.
+
+Accepted image documents add an optional `phash` column (uint64, null for every other document), so
+an incremental run finds near-duplicate images of earlier runs' images too. It is written only when
+some accepted document has a phash: a text corpus's artifact stays byte for byte what it was, and an
+artifact without the column (text, or written before image dedup) reads as "no phashes". The hash
+comes from ingest, not from dedup settings, so it is not part of the fingerprint.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ def fingerprint(settings: DedupSettings) -> dict[str, object]:
     }
 
 
-def signatures_schema(num_perm: int, settings: DedupSettings | None = None) -> pa.Schema:
+def signatures_schema(num_perm: int, settings: DedupSettings | None = None, phash: bool = False) -> pa.Schema:
     meta = {b"platform.schema": f"{SIGNATURES_SCHEMA_NAME}/{SIGNATURES_SCHEMA_VERSION}".encode()}
     if settings is not None:
         meta[FINGERPRINT_KEY] = json.dumps(fingerprint(settings), sort_keys=True).encode()
@@ -55,6 +61,7 @@ def signatures_schema(num_perm: int, settings: DedupSettings | None = None) -> p
             pa.field("text_hash", TEXT_HASH_TYPE, nullable=True),  # null when exact dedup is off
             pa.field("n_shingles", pa.int32(), nullable=False),  # 0: never inserted into the LSH
             pa.field("signature", pa.list_(pa.uint32(), num_perm), nullable=False),
+            *([pa.field("phash", pa.uint64(), nullable=True)] if phash else []),
         ],
         metadata=meta,
     )
@@ -69,6 +76,7 @@ class AcceptedSignatures:
     text_hashes: pa.FixedSizeBinaryArray
     n_shingles: np.ndarray  # int32
     signatures: np.ndarray  # (n, num_perm) uint32
+    phashes: pa.UInt64Array | None = None  # image documents' perceptual hashes; None: no document has one
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -86,6 +94,7 @@ class AcceptedSignatures:
     def to_table(self, settings: DedupSettings) -> pa.Table:
         num_perm = self.signatures.shape[1]
         flat = pa.array(self.signatures.reshape(-1), pa.uint32())
+        with_phash = self.phashes is not None and self.phashes.null_count < len(self.phashes)
         return pa.table(
             [
                 self.ids,
@@ -93,8 +102,9 @@ class AcceptedSignatures:
                 self.text_hashes,
                 pa.array(self.n_shingles, pa.int32()),
                 pa.FixedSizeListArray.from_arrays(flat, num_perm),
+                *([self.phashes] if with_phash else []),
             ],
-            schema=signatures_schema(num_perm, settings),
+            schema=signatures_schema(num_perm, settings, phash=with_phash),
         )
 
     @classmethod
@@ -120,6 +130,7 @@ class AcceptedSignatures:
             table.column("text_hash").combine_chunks(),
             table.column("n_shingles").to_numpy().astype(np.int32),
             sigs,
+            table.column("phash").combine_chunks().cast(pa.uint64()) if "phash" in table.column_names else None,
         )
 
     def extended(self, other: AcceptedSignatures) -> AcceptedSignatures:
@@ -129,4 +140,10 @@ class AcceptedSignatures:
             pa.concat_arrays([self.text_hashes, other.text_hashes]),
             np.concatenate([self.n_shingles, other.n_shingles]),
             np.concatenate([self.signatures, other.signatures]),
+            None if self.phashes is None and other.phashes is None
+            else pa.concat_arrays([self.phash_array(), other.phash_array()]),
         )
+
+    def phash_array(self) -> pa.UInt64Array:
+        """The phash of every accepted document (null where none)."""
+        return self.phashes if self.phashes is not None else pa.nulls(len(self), pa.uint64())

@@ -1,5 +1,6 @@
-"""The dedup stage over stored outputs: read every cleaned partition, deduplicate, write the kept
-documents with their cluster ids, the exclusions, the duplicates table and the signature artifact.
+"""The dedup stage over stored outputs: read every cleaned partition, deduplicate (exact, MinHash,
+image phash), write the kept documents with their cluster ids, the exclusions, the duplicates table
+and the signature artifact.
 
 Two passes over the input (the second streams text again instead of holding it: memory stays at
 ~600 B per document plus one batch). In incremental mode the previous output is the starting point:
@@ -49,7 +50,8 @@ class DedupStageResult(StageResult):
     def metadata(self) -> dict[str, Any]:
         c = self.result.counts
         return {"documents_in": self.rows_in, "carried_over": self.carried_over, "removed_exact": c.removed_exact,
-                "removed_near": c.removed_near, "lsh_bands_x_rows": f"{c.lsh_bands} x {c.lsh_rows}"}
+                "removed_near": c.removed_near, "removed_near_image": c.removed_near_image,
+                "lsh_bands_x_rows": f"{c.lsh_bands} x {c.lsh_rows}"}
 
 
 def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:

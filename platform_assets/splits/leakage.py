@@ -1,15 +1,24 @@
-"""Leakage between splits: exact duplicates in two splits, near-duplicates of train in eval splits.
+"""Leakage between splits: exact duplicates in two splits, near-duplicates of train in eval splits,
+near-duplicate images in two splits.
 
-Dedup runs before the split, so on a healthy corpus both lists are empty; the check exists because
-dedup can be misconfigured, run incrementally against a stale artifact, or skipped for a source, and
-evaluation numbers on leaked documents are silently wrong. It uses the dedup stage's own
-normalisation (exact) and MinHash-LSH settings (near), so "a duplicate" means the same thing in
-both stages:
+Dedup runs before the split, so on a healthy corpus every list is empty; the check exists because
+dedup can be misconfigured (`dedup.images.enabled: false`), run incrementally against a stale
+artifact, or skipped for a source, and evaluation numbers on leaked documents are silently wrong.
+The split is a seeded hash of the id, blind to content: two near-duplicate images left by dedup land
+in different splits with probability 1 - sum(ratio^2) (4% at 98/1/1, 34% at 80/10/10). It uses the
+dedup stage's own keys (dedup/keys.py: text by its normalised text, media by their bytes), MinHash-LSH
+settings (near, on the texts dedup shingles: no captions) and phash distance (images), so "a
+duplicate" means the same thing in both stages:
 
-- exact: every normalised-text hash present in more than one split, reported as (reference, other)
+- exact: every exact-dedup key present in more than one split, reported as (reference, other)
   pairs, the reference being the group's train member when it has one;
 - near: the train documents go into an LSH index; every validation/test document queries it and
-  each candidate is verified as in dedup (exact Jaccard by default) against the threshold.
+  each candidate is verified as in dedup (exact Jaccard by default) against the threshold;
+- images: image documents whose phashes are within `dedup.images.max_distance` (whether or not dedup
+  used it) and whose splits differ, found with dedup's band index (image_near.py) over distinct
+  hashes. Identical hashes in one split are one group, named by its smallest id: one pair per two
+  groups, the reference being the group in the earlier split (train, validation, test), so 1,000
+  copies of an image cost one pair, not 250,000.
 """
 
 from __future__ import annotations
@@ -21,12 +30,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO
-from platform_assets.dedup.exact import TEXT_HASH_TYPE, text_hashes
+from platform_assets.dedup.exact import TEXT_HASH_TYPE
+from platform_assets.dedup.image_near import image_phashes, near_pairs, similarity
+from platform_assets.dedup.keys import exact_keys, near_dedup_texts
 from platform_assets.dedup.lsh_index import LshIndex
 from platform_assets.dedup.minhash import MinHasher, exact_jaccard
 from platform_assets.dedup.near_dedup import ShingleStore
-from platform_assets.dedup.settings import ExactSettings, LshStorage, NearSettings
-from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes, texts_to_array
+from platform_assets.dedup.settings import ExactSettings, ImageNearSettings, LshStorage, NearSettings
+from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.splits.settings import LeakCheckSettings
 
@@ -47,6 +58,20 @@ NEAR_LEAKS_SCHEMA = pa.schema(
         pa.field("similarity", pa.float32()),
     ]
 )
+IMAGE_LEAKS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),  # the reference: the pair's image in the earlier split
+        pa.field("split", pa.string()),
+        pa.field("other_id", pa.string()),
+        pa.field("other_split", pa.string()),
+        pa.field("distance", pa.int32()),  # Hamming distance of the phashes
+        pa.field("similarity", pa.float32()),  # 1 - distance/64, as dedup reports it
+    ]
+)
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return pa.table({f.name: pa.array([], f.type) for f in schema}, schema=schema)
 
 
 @dataclass
@@ -54,31 +79,41 @@ class LeakageReport:
     exact_pairs: pa.Table
     near_pairs: pa.Table
     counts: dict[str, int] = field(default_factory=dict)
+    image_pairs: pa.Table = field(default_factory=lambda: _empty(IMAGE_LEAKS_SCHEMA))
 
     @property
     def ok(self) -> bool:
-        return self.exact_pairs.num_rows == 0 and self.near_pairs.num_rows == 0
+        return self.exact_pairs.num_rows == 0 and self.near_pairs.num_rows == 0 and self.image_pairs.num_rows == 0
 
     def summary(self) -> str:
         if self.ok:
             return f"no leakage across {self.counts.get('documents', 0)} documents"
-        return (
+        text = (
             f"{self.counts['exact_leaking_groups']} exact-duplicate groups span splits "
             f"({self.exact_pairs.num_rows} pairs), {self.counts['near_leaking_documents']} validation/test "
             f"documents are near-duplicates of train ({self.near_pairs.num_rows} pairs)"
         )
+        if self.image_pairs.num_rows:
+            text += (
+                f", {self.counts['image_leaking_documents']} images are near duplicates of an image in an "
+                f"earlier split ({self.image_pairs.num_rows} pairs)"
+            )
+        return text
 
 
 class LeakageChecker:
-    """Feed batches with `id`, `text`, `split`; `finish()` gives the report."""
+    """Feed batches with `id`, `text`, `split` (and `modality`, `media` for media documents: keyed by
+    their bytes and phash as in dedup; without them every row is text); `finish()` gives the report."""
 
     def __init__(
         self,
         near: NearSettings,
         exact: ExactSettings,
         settings: LeakCheckSettings | None = None,
+        images: ImageNearSettings | None = None,
     ):
         self.near, self.exact, self.settings = near, exact, settings or LeakCheckSettings()
+        self.images = images or ImageNearSettings()
         self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
         self._ids: list[pa.Array] = []
         self._splits: list[pa.Array] = []
@@ -86,16 +121,25 @@ class LeakageChecker:
         self._sigs: list[np.ndarray] = []
         self._n_shingles: list[np.ndarray] = []
         self._store = ShingleStore() if near.verify == "exact" else None
+        self._rows = 0
+        self._image_rows: list[np.ndarray] = []
+        self._phashes: list[np.ndarray] = []
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
         self._ids.append(_plain(batch.column("id")))
         self._splits.append(_plain(batch.column("split")))
-        text = texts_to_array(batch.column("text"))
         if self.settings.exact:
-            self._hashes.append(text_hashes(text, self.exact))
+            self._hashes.append(exact_keys(batch, self.exact))
+        if self.settings.images:
+            rows, phashes = image_phashes(batch)
+            if len(rows):
+                self._image_rows.append(rows + self._rows)
+                self._phashes.append(phashes)
+        self._rows += batch.num_rows
         if self.settings.near:
+            text = near_dedup_texts(batch)
             for a, b in compute_in_slices(text):
                 sh = shingle_hashes(text[a:b], self.near.shingles)
                 self._sigs.append(self.minhasher.signatures(sh))
@@ -118,12 +162,16 @@ class LeakageChecker:
         )
         counts["exact_leaking_groups"] = 0
         counts["near_leaking_documents"] = 0
+        counts["image_leaking_documents"] = 0
+        image_pairs = _empty(IMAGE_LEAKS_SCHEMA)
         if self.settings.exact and len(ids):
             hashes = pa.concat_arrays(self._hashes) if self._hashes else pa.array([], TEXT_HASH_TYPE)
             exact_pairs, counts["exact_leaking_groups"] = self._exact(ids, splits, hashes)
         if self.settings.near and len(ids):
             near_pairs, counts["near_leaking_documents"], counts["near_candidates"] = self._near(ids, splits)
-        return LeakageReport(exact_pairs, near_pairs, counts)
+        if self.settings.images and self._image_rows:
+            image_pairs, counts["image_leaking_documents"], counts["image_candidates"] = self._images(ids, splits)
+        return LeakageReport(exact_pairs, near_pairs, counts, image_pairs)
 
     def _exact(self, ids: pa.Array, splits: pa.Array, hashes: pa.Array) -> tuple[pa.Table, int]:
         t = pa.table({"h": hashes, "id": ids, "split": splits})
@@ -186,6 +234,54 @@ class LeakageChecker:
                         out[k].append(v)
         return pa.table(out, schema=NEAR_LEAKS_SCHEMA), leaking, candidates
 
+    def _images(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
+        rows = np.concatenate(self._image_rows)
+        phashes = np.concatenate(self._phashes)
+        split = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)[rows]
+        row_ids = pc.take(ids, pa.array(rows, pa.int64()))
+        # groups of (phash, split), each named by its smallest id
+        order = pc.sort_indices(
+            pa.table({"h": phashes, "s": split, "id": row_ids}),
+            sort_keys=[("h", "ascending"), ("s", "ascending"), ("id", "ascending")],
+        ).to_numpy()
+        h, s = phashes[order], split[order]
+        starts = np.flatnonzero(np.concatenate(([True], (h[1:] != h[:-1]) | (s[1:] != s[:-1]))))
+        sizes = np.diff(np.append(starts, len(h)))
+        group_split, group_id = s[starts], pc.take(row_ids, pa.array(order[starts], pa.int64()))
+        values, value_of = np.unique(h[starts], return_inverse=True)
+        by_split = np.full((len(values), len(SPLIT_NAMES)), -1, np.int64)  # the group of a value in a split
+        by_split[value_of.reshape(-1), group_split] = np.arange(len(starts))
+        pairs = near_pairs(values, self.images.max_distance)
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (group, group, distance)
+
+        def add(g1: np.ndarray, g2: np.ndarray, dist: np.ndarray) -> None:
+            m = (g1 >= 0) & (g2 >= 0)
+            found.append((g1[m], g2[m], dist[m].astype(np.int32)))
+
+        for s1 in range(len(SPLIT_NAMES)):
+            for s2 in range(len(SPLIT_NAMES)):
+                if s1 < s2:  # the same phash in two splits
+                    add(by_split[:, s1], by_split[:, s2], np.zeros(len(values), np.int32))
+                if s1 != s2:  # two phashes within the distance: both orders of each pair
+                    add(by_split[pairs.left, s1], by_split[pairs.right, s2], pairs.distance)
+        ga, gb, dist = (np.concatenate(parts) for parts in zip(*found, strict=True))
+        ref = np.where(group_split[ga] < group_split[gb], ga, gb)
+        other = np.where(group_split[ga] < group_split[gb], gb, ga)
+        leaking = int(sizes[np.unique(other)].sum())
+        take_ref, take_other = pa.array(ref, pa.int64()), pa.array(other, pa.int64())
+        table = pa.table(
+            {
+                "id": pc.take(group_id, take_ref),
+                "split": pa.array(np.array(SPLIT_NAMES, dtype=object)[group_split[ref]], pa.string()),
+                "other_id": pc.take(group_id, take_other),
+                "other_split": pa.array(np.array(SPLIT_NAMES, dtype=object)[group_split[other]], pa.string()),
+                "distance": pa.array(dist, pa.int32()),
+                "similarity": pa.array(similarity(dist), pa.float32()),
+            },
+            schema=IMAGE_LEAKS_SCHEMA,
+        ).sort_by([("id", "ascending"), ("other_id", "ascending")])
+        return table.slice(0, self.settings.max_pairs_reported), leaking, pairs.candidates
+
 
 def check_leakage(
     table: pa.Table,
@@ -193,9 +289,10 @@ def check_leakage(
     exact: ExactSettings,
     settings: LeakCheckSettings | None = None,
     batch_rows: int = DEFAULT_IO.batch_rows,
+    images: ImageNearSettings | None = None,
 ) -> LeakageReport:
-    """One-shot helper over an in-memory table with `id`, `text`, `split`."""
-    checker = LeakageChecker(near, exact, settings)
+    """One-shot helper over an in-memory table with `id`, `text`, `split` (and `modality`, `media`)."""
+    checker = LeakageChecker(near, exact, settings, images)
     for batch in table.to_batches(max_chunksize=batch_rows):
         checker.add_batch(batch)
     return checker.finish()

@@ -31,6 +31,9 @@ class LeakCheckSettings(StrictModel):
     near: bool = True
     """Fail on any near-duplicate (the dedup stage's MinHash-LSH and threshold) of a train document
     in validation or test."""
+    images: bool = True
+    """Fail on any two image documents in different splits whose phashes are within
+    `dedup.images.max_distance` (checked whether or not dedup removed such images)."""
     max_pairs_reported: Annotated[int, Field(gt=0)] = 10_000
 
 

@@ -63,9 +63,14 @@ def split_outputs(
 def check_split_leakage(
     storage: Storage, rel: str, dedup: DedupSettings, settings: SplitSettings, io: IOSettings = DEFAULT_IO
 ) -> LeakageReport:
-    """Exact and near duplicates across splits in a written split output (the blocking check)."""
-    checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage)
-    for batch in TableSource(storage, rel, io).batches(["id", "text", "split"]):
+    """Exact, near and image near duplicates across splits in a written split output (the blocking
+    check). `modality` and `media` are read where the output has them (media keys and phashes); the
+    media column comes with its bytes, as in dedup's first pass: one batch at a time."""
+    checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage, dedup.images)
+    source = TableSource(storage, rel, io)
+    names = source.schema.names if source.schema is not None else []
+    columns = ["id", "text", "split", *(c for c in ("modality", "media") if c in names)]
+    for batch in source.batches(columns):
         checker.add_batch(batch)
     return checker.finish()
 

@@ -15,8 +15,10 @@ ASSET = "dataset_splits"
 
 SPLIT_CHECKS = [
     dg.AssetCheckSpec("no_split_leakage", asset=ASSET, blocking=True,
-                      description="No exact duplicate in two splits, and no validation/test document is a "
-                                  "near duplicate (same MinHash-LSH and threshold as dedup) of a train document."),
+                      description="No exact duplicate in two splits (dedup's keys: text, or media bytes), no "
+                                  "validation/test document a near duplicate (same MinHash-LSH and threshold as "
+                                  "dedup) of a train document, and no two images in different splits within "
+                                  "dedup.images.max_distance bits of phash."),
     dg.AssetCheckSpec("ids_unique", asset=ASSET, blocking=True, description="Every document is in one split once."),
     dg.AssetCheckSpec("split_ratios_within_tolerance", asset=ASSET,
                       description="Each split's share is within 4 binomial standard deviations (+1) of its ratio."),
@@ -36,7 +38,7 @@ def evaluate_split_checks(storage: Storage, rel: str, stage: SplitStageResult,
     dups = duplicate_ids(storage, rel)
     deviations = ratio_deviations(stage.counts, cfg.splits.ratios.model_dump())
     examples = []
-    for name, table in (("exact", leaks.exact_pairs), ("near", leaks.near_pairs)):
+    for name, table in (("exact", leaks.exact_pairs), ("near", leaks.near_pairs), ("image", leaks.image_pairs)):
         for row in table.slice(0, 10).to_pylist():
             examples.append(f"{name}: " + ", ".join(f"{k}={v}" for k, v in row.items()))
     return [
