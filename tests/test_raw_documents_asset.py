@@ -80,6 +80,8 @@ def test_materialize_a_partition_reports_metadata_and_checks(pipeline, instance,
         "ids_unique": True,
         "source_not_empty": True,
         "quarantine_rate_within_bounds": True,
+        "media_decode_failures_within_bounds": True,  # no media: nothing failed to decode
+        "pdf_text_coverage": True,
     }
     # the data version is the content hash of the output: the same input gives the same version
     version = mat.tags["dagster/data_version"]

@@ -87,4 +87,4 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path):
 
 def test_sample_config_is_valid():
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "sample.yaml")
-    assert {s.format for s in cfg.sources} == {"jsonl", "csv", "parquet", "folder", "text", "hf"}
+    assert {s.format for s in cfg.sources} == {"jsonl", "csv", "parquet", "folder", "text", "manifest", "hf"}

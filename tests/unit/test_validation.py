@@ -38,7 +38,7 @@ def test_schema_drift_is_reported_per_file(tmp_path):
     pq.write_table(foreign.replace_schema_metadata(None), tmp_path / "d" / "part-00001.parquet")
     problems = schema_problems(Storage(str(tmp_path)), "d", DOCUMENTS_SCHEMA)
     assert problems == [
-        "part-00001.parquet: schema tag None, expected 'platform.documents/2'",
+        "part-00001.parquet: schema tag None, expected 'platform.documents/3'",
         "part-00001.parquet: column 'id' is int64, expected string",
         "part-00001.parquet: column 'meta' missing",
     ]
