@@ -26,6 +26,10 @@ from platform_assets.dedup.settings import ExactSettings
 from platform_assets.dedup.shingles import texts_to_array
 from platform_assets.schema import Modality
 
+MEDIA_KEY_COLUMNS = ("media.sha256", "media.phash")
+"""What dedup and the leak check read of the media items: their hashes, never their bytes (a batch of
+8k images of 100 KB would be 800 MB; read_batches projects the item fields)."""
+
 ExactKey = Callable[[pa.RecordBatch, ExactSettings], pa.Array]
 """(batch of one modality, settings) -> a TEXT_HASH_TYPE key per row: equal keys are exact duplicates."""
 

@@ -28,6 +28,7 @@ from platform_assets.contracts import (
     schema_tag,
 )
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
+from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.parquet_parts import TableSink, TableSource
@@ -58,7 +59,9 @@ def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:
     wanted = ["id", "source", "text", "modality", "media", "ingested_at"]
     if settings.quality_column:
         wanted.append(settings.quality_column.split(".")[0])
-    return [c for c in wanted if c in schema.names]
+    columns = [c for c in wanted if c in schema.names]
+    # the items' hashes only: their bytes would make a batch of 8k images 800 MB
+    return [k for c in columns for k in (MEDIA_KEY_COLUMNS if c == "media" else (c,))]
 
 
 def _previous_exclusions(table: pa.Table) -> pa.Table:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from platform_assets.contracts import DEFAULT_IO, IOSettings, StageResult
+from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
@@ -64,12 +65,13 @@ def check_split_leakage(
     storage: Storage, rel: str, dedup: DedupSettings, settings: SplitSettings, io: IOSettings = DEFAULT_IO
 ) -> LeakageReport:
     """Exact, near and image near duplicates across splits in a written split output (the blocking
-    check). `modality` and `media` are read where the output has them (media keys and phashes); the
-    media column comes with its bytes, as in dedup's first pass: one batch at a time."""
+    check). `modality` and the media items' hashes are read where the output has them (sha256 and
+    phash, never the bytes)."""
     checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage, dedup.images)
     source = TableSource(storage, rel, io)
     names = source.schema.names if source.schema is not None else []
-    columns = ["id", "text", "split", *(c for c in ("modality", "media") if c in names)]
+    columns = ["id", "text", "split", *(["modality"] if "modality" in names else []),
+               *(MEDIA_KEY_COLUMNS if "media" in names else ())]
     for batch in source.batches(columns):
         checker.add_batch(batch)
     return checker.finish()

@@ -65,3 +65,21 @@ def test_a_v2_output_with_media_reads_as_v3_with_nothing_measured(tmp_path):
     (projected,) = read_batches(storage, "raw_documents/m", ["media"])  # a projection upgrades too
     assert projected.column("media").type == DOCUMENTS_SCHEMA.field("media").type
     assert output_schema(storage, "raw_documents/m").equals(DOCUMENTS_SCHEMA)
+
+
+def test_media_item_fields_are_read_without_their_bytes(tmp_path):
+    """`media.sha256` / `media.phash` project the items' fields: stages that key on them never read
+    the bytes; the batch's column is still called `media`."""
+    from platform_assets.contracts import DEFAULT_IO
+    from platform_assets.parquet_parts import TableSink
+
+    item = {f.name: None for f in DOCUMENTS_SCHEMA.field("media").type.value_type}
+    item.update(kind="image", mime="image/png", uri="a.png", sha256="cd" * 32, bytes=b"x" * 1000, phash=7)
+    rows = [{"id": "img", "source": "s", "text": "", "modality": "image", "uri": "a.png", "license": None,
+             "meta": None, "ingested_at": None, "media": [item]}]
+    storage = Storage(str(tmp_path))
+    with TableSink(storage, "raw_documents/m", DOCUMENTS_SCHEMA, DEFAULT_IO) as sink:
+        sink.write(pa.Table.from_pylist(rows, schema=DOCUMENTS_SCHEMA))
+    (batch,) = read_batches(storage, "raw_documents/m", ["id", "media.sha256", "media.phash"])
+    assert batch.schema.names == ["id", "media"]
+    assert batch.column("media").to_pylist() == [[{"sha256": "cd" * 32, "phash": 7}]]

@@ -6,11 +6,11 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.dedup.exact import text_hashes
+from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS, exact_keys
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.stage import DedupStageResult
 from platform_assets.ingest.validation import duplicate_ids
-from platform_assets.parquet_parts import read_batches
+from platform_assets.parquet_parts import output_schema, read_batches
 from platform_assets.storage import Storage
 
 ASSET = "deduplicated_documents"
@@ -26,7 +26,12 @@ DEDUP_CHECKS = [
 
 
 def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings) -> int:
-    hashes = [text_hashes(b.column("text"), settings.exact) for b in read_batches(storage, rel, ["text"])]
+    """Groups of kept documents sharing an exact key: the text's for text, the media bytes' for media
+    (two different images with one caption are two documents), as dedup keys them (dedup/keys.py)."""
+    schema = output_schema(storage, rel)
+    names = schema.names if schema is not None else []
+    columns = ["text", *(["modality"] if "modality" in names else []), *(MEDIA_KEY_COLUMNS if "media" in names else ())]
+    hashes = [exact_keys(b, settings.exact) for b in read_batches(storage, rel, columns)]
     if not hashes:
         return 0
     all_hashes = pa.concat_arrays(hashes)

@@ -1,0 +1,31 @@
+"""The blocking `no_exact_duplicates_remain` check keys media by their bytes, as dedup does: two
+different images with one caption are two documents, the same image twice is a duplicate left."""
+
+import pyarrow as pa
+
+from platform_assets.contracts import DEFAULT_IO
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.defs.deduplicated_documents.checks import exact_duplicate_groups
+from platform_assets.parquet_parts import TableSink
+from platform_assets.schema import DOCUMENTS_SCHEMA
+from platform_assets.storage import Storage
+
+
+def _image(doc_id: str, sha: str, caption: str) -> dict:
+    item = {f.name: None for f in DOCUMENTS_SCHEMA.field("media").type.value_type}
+    item.update(kind="image", mime="image/png", uri=f"{doc_id}.png", sha256=sha, bytes=b"png")
+    return {"id": doc_id, "source": "s", "text": caption, "modality": "image", "uri": f"{doc_id}.png",
+            "license": None, "meta": None, "ingested_at": None, "media": [item]}
+
+
+def _write(storage: Storage, rel: str, rows: list[dict]) -> None:
+    with TableSink(storage, rel, DOCUMENTS_SCHEMA, DEFAULT_IO) as sink:
+        sink.write(pa.Table.from_pylist(rows, schema=DOCUMENTS_SCHEMA))
+
+
+def test_images_with_one_caption_are_not_duplicates_the_same_bytes_are(tmp_path):
+    storage = Storage(str(tmp_path))
+    _write(storage, "a", [_image("x", "aa" * 32, "Man in tuxedo."), _image("y", "bb" * 32, "Man in tuxedo.")])
+    assert exact_duplicate_groups(storage, "a", DedupSettings()) == 0
+    _write(storage, "b", [_image("x", "aa" * 32, "One caption."), _image("y", "aa" * 32, "Another caption.")])
+    assert exact_duplicate_groups(storage, "b", DedupSettings()) == 1
