@@ -219,14 +219,19 @@ def audio_files() -> dict[str, bytes]:
 
 def manifest_files(images: dict[str, bytes]) -> dict[str, bytes]:
     """multimodal/: the unified manifest (build_multimodal.sh's format) over its own copies of a few
-    files, with rows a user gets wrong: a path escaping the root, a missing file, a declared modality
-    the bytes disagree with."""
+    files (six are byte copies of images/: exact duplicates across sources), with rows a user gets
+    wrong: a path escaping the root, a missing file, a declared modality the bytes disagree with."""
     files = {
         "multimodal/media/heart.png": images["images/09_heart.png"] if "images/09_heart.png" in images
         else images["images/09_heart.jpg"],
         "multimodal/media/sun.png": images["images/05_sun.png"] if "images/05_sun.png" in images
         else images["images/05_sun.jpg"],
     }
+    # the same bytes as images/ (a VLM set built from the same pictures): dedup keeps one of each
+    shared = [(name, data) for name, data in sorted(images.items())
+              if name.endswith((".png", ".jpg")) and name.split("/")[1][:2] in {"01", "02", "03", "04", "06", "07"}]
+    for name, data in shared:
+        files[f"multimodal/media/{name.split('/')[1]}"] = data
     files["multimodal/media/notes.pdf"] = pdf_files()["pdfs/pipeline-notes.pdf"]
     files["multimodal/media/clip.wav"] = audio_files()["audio/00_clip.wav"]
     rows = [
@@ -240,6 +245,9 @@ def manifest_files(images: dict[str, bytes]) -> dict[str, bytes]:
          "license": "CC0-1.0"},
         {"id": "mm-3", "modality": "audio", "file": "media/clip.wav", "transcription": "one two three four",
          "license": "CC0-1.0"},
+        *({"id": f"mm-shared-{k}", "modality": "image", "file": f"media/{name.split('/')[1]}",
+           "instruction": "What shape is this?", "response": SHAPES[int(name.split("/")[1][:2])][0],
+           "license": "CC0-1.0"} for k, (name, _) in enumerate(shared)),
         {"id": "mm-4", "modality": "image", "file": "../../../etc/passwd", "caption": "escapes the root"},
         {"id": "mm-5", "modality": "image", "file": "media/missing.png", "caption": "not there"},
         {"id": "mm-6", "modality": "audio", "file": "media/sun.png", "transcription": "declared audio, is a PNG"},

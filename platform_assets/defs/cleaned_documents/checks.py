@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections import Counter
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import message_contents
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
 from platform_assets.config import CleaningGates, PipelineConfig
-from platform_assets.parquet_parts import read_batches
+from platform_assets.parquet_parts import output_schema, read_batches
 from platform_assets.storage import Storage
 from platform_assets.tokenize.conversations import chat_candidates
 
@@ -97,12 +98,22 @@ def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str
 
 
 def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[list[str], dict[str, int]]:
+    """Kept documents below min_score or outside the allow-list, and language shares outside their
+    bounds. Captions and transcripts (`label_only_modalities`) are kept whatever their score, so only
+    their confident labels count here."""
     language = cfg.cleaning.language
     shares: Counter[str] = Counter()
     low = 0
-    for batch in read_batches(storage, rel, ["lang", "lang_score"]):
+    schema = output_schema(storage, rel)
+    with_modality = schema is not None and "modality" in schema.names
+    for batch in read_batches(storage, rel, ["lang", "lang_score", *(["modality"] if with_modality else [])]):
+        below = pc.less(batch.column("lang_score"), language.min_score)
+        if with_modality and language.label_only_modalities:
+            label_only = pc.is_in(batch.column("modality"), value_set=pa.array(language.label_only_modalities))
+            batch = batch.filter(pc.invert(pc.and_(label_only, below.fill_null(False))))
+            below = pc.less(batch.column("lang_score"), language.min_score)
         shares.update(v for v in batch.column("lang").to_pylist() if v is not None)
-        low += int(pc.sum(pc.less(batch.column("lang_score"), language.min_score)).as_py() or 0)
+        low += int(pc.sum(below).as_py() or 0)
     total = sum(shares.values())
     problems = []
     if low:
