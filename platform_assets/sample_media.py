@@ -30,7 +30,7 @@ SHAPES = [  # (caption, shape, fill colour, background)
     ("A yellow sun with eight rays.", "sun", (240, 200, 20), (120, 180, 250)),
     ("Black and white vertical stripes.", "stripes", (0, 0, 0), (255, 255, 255)),
     ("A checkerboard of teal and white squares.", "checker", (20, 130, 130), (255, 255, 255)),
-    ("A horizontal gradient from red to blue.", "gradient", (230, 20, 20), (20, 20, 230)),
+    ("A vertical gradient from red to blue.", "gradient", (230, 20, 20), (20, 20, 230)),
     ("A pink heart shape.", "heart", (230, 80, 150), (255, 245, 250)),
 ]
 
@@ -58,17 +58,17 @@ def _draw(shape: str, fill, background, size: int = 160):
             d.line([(s / 2, s / 2), (s / 2 + 0.45 * s * math.cos(a), s / 2 + 0.45 * s * math.sin(a))], fill=fill,
                    width=8)
         d.ellipse([s * 0.3, s * 0.3, s * 0.7, s * 0.7], fill=fill)
-    elif shape == "stripes":  # wide stripes: 10 px ones alias to a flat picture in the 32 x 32 phash input
-        for x in range(0, s, 40):
-            d.rectangle([x, 0, x + 19, s], fill=fill)
+    elif shape == "stripes":  # wide: phash keeps only the lowest 8 x 8 frequencies of a 32 x 32 copy, and
+        for x in range(0, s, 80):  # 20 px stripes would look to it like a blank picture
+            d.rectangle([x, 0, x + 39, s], fill=fill)
     elif shape == "checker":
         for y in range(0, s, 32):
             for x in range(0, s, 32):
                 if (x // 32 + y // 32) % 2 == 0:
                     d.rectangle([x, y, x + 31, y + 31], fill=fill)
     elif shape == "gradient":
-        ramp = np.linspace(0, 1, s)[None, :, None]
-        arr = (np.array(fill) * (1 - ramp) + np.array(background) * ramp).repeat(s, axis=0)
+        ramp = np.linspace(0, 1, s)[:, None, None]  # top to bottom
+        arr = (np.array(fill) * (1 - ramp) + np.array(background) * ramp).repeat(s, axis=1)
         return Image.fromarray(arr.astype(np.uint8), "RGB")
     elif shape == "cross":
         d.rectangle([s // 2 - m // 2, m // 2, s // 2 + m // 2, s - m // 2], fill=fill)
