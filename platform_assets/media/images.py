@@ -17,13 +17,13 @@ from __future__ import annotations
 import io
 import math
 import struct
-import zlib
 
 import imagehash
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from platform_assets.media.errors import MediaRejected
+from platform_assets.media.png import rgb_png
 from platform_assets.media.prepared import PreparedMedia
 from platform_assets.media.settings import DEFAULT_MEDIA, ImageSettings
 from platform_assets.schema import QuarantineReason
@@ -48,16 +48,9 @@ _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8
                (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"))
 _ORIENTATION_TAG = 0x0112  # EXIF Orientation: 1 = upright, 2..8 = flips and rotations
 
-# PNG encoder settings, measured here (Pillow 13, system zlib 1.2.13, one core; RGB after compositing):
-#   level/strategy       3,786 64 px emoji         16-32 px sprite sheets (1116-2108 px)   1024 px photo-like
-#   6 (Pillow default)   0.49 ms,  3.7 KiB         364 ms, 2,469 KiB                       350 ms, 1,966 KiB
-#   1 (Z_FILTERED)       0.20 ms,  3.9 KiB         116 ms, 2,523 KiB                       230 ms, 2,149 KiB
-#   1 + Z_RLE            0.18 ms,  3.8 KiB         101 ms, 2,744 KiB                       153 ms, 1,965 KiB
-#   0 (stored)           0.10 ms, 12.1 KiB          70 ms, 7,377 KiB                       105 ms, 3,074 KiB
-# Level 1 with Z_RLE ("almost as fast as Z_HUFFMAN_ONLY, better compression for PNG image data", zlib's
-# manual) is 2.5-3.6x faster than the default for at most 11% more bytes (none on photos); level 0 triples
-# the bytes. Pillow's adaptive row filter runs in every case and is most of the remaining time.
-PNG_SAVE = {"compress_level": 1, "compress_type": zlib.Z_RLE}
+# PNG bytes come from media/png.py (filter None, zlib level 1): 0.115 ms and 3.9 KiB per 64 px emoji, 117 ms
+# and 2.8 MB per sprite sheet, against Pillow's encoder at level 1 + Z_RLE (0.206 ms; 206 ms and 4.7 MB) and
+# at its default level 6 (0.49 ms; 364 ms and 2.5 MB): Pillow's adaptive row filter is most of its cost.
 
 # phash and luma_std are measured on a copy whose longest side is 512-1023 px (a box-filter reduce() by an
 # integer factor, or a JPEG decoded at 1/2-1/8 scale). On a 4092 px sprite sheet: 14 ms instead of 110 ms,
@@ -161,7 +154,7 @@ def _prepare(data: bytes, settings: ImageSettings) -> PreparedMedia:
         im.save(buf, "JPEG", quality=settings.jpeg_quality)
         mime = "image/jpeg"
     else:
-        im.save(buf, "PNG", **PNG_SAVE)
+        buf.write(rgb_png(np.asarray(im)))
         mime = "image/png"
     luma_std, phash = _measure(im, settings.phash)
     measured = _measured(im.width, im.height, fmt, mode, frames, luma_std, phash)

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import struct
 import threading
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import pymupdf
-import pytesseract
 from PIL import Image
 
 from platform_assets.media.errors import MediaRejected
+from platform_assets.media.png import PAGE_LEVEL, png_from_scanlines
 from platform_assets.media.prepared import PreparedMedia
 from platform_assets.media.settings import DEFAULT_MEDIA, PdfSettings
 from platform_assets.schema import QuarantineReason
@@ -46,11 +44,8 @@ _MUPDF_LOCK = threading.Lock()
 # author typed, so it is expanded to "fi" (cleaning keeps ligatures that were typed: NFC does not fold them).
 _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 
-# The page PNG is written here rather than by MuPDF's Pixmap.tobytes("png"): filter None + zlib level 3 on
-# gnuplot.pdf at 96 dpi (816 x 1056) takes 9 ms/page for 145 KB, MuPDF's writer 27 ms for 143 KB (level 1:
-# 8 ms, 151 KB; level 6: 18 ms, 143 KB). Deflate is most of a page's cost, and here it runs outside the lock.
-# Same bytes on every re-run with the same MuPDF and zlib (zlib.ZLIB_RUNTIME_VERSION); no timestamps.
-_PNG_LEVEL = 3
+# The page PNG is written by media/png.py rather than by MuPDF's Pixmap.tobytes("png"): 9 ms and 145 KB a
+# page on gnuplot.pdf at 96 dpi against 27 ms and 143 KB; deflate, most of a page's cost, runs outside the lock.
 
 
 @dataclass(frozen=True)
@@ -64,6 +59,8 @@ class PdfPage:
 def ocr_unavailable_reason(language: str = "eng") -> str | None:
     """None when Tesseract and `language` ("eng", "eng+deu") are usable; else why not, to log once.
     Cached: one `tesseract --version` and `--list-langs` per process (~20 ms each)."""
+    import pytesseract  # here, not at import: it pulls in pandas (~33 MB, 0.25 s) that OCR-less runs never need
+
     keep = "pages without a text layer keep the text they have (often none)"
     try:
         pytesseract.get_tesseract_version()
@@ -132,7 +129,7 @@ class PdfDocument:
                 raise ValueError("PdfDocument is closed")
             text, rows, gray = self._interpret(index, want_ocr)
         height, width = rows.shape[0], (rows.shape[1] - 1) // 3
-        png = _png(rows, width, height, s.dpi)
+        png = png_from_scanlines(rows, width, height, PAGE_LEVEL, s.dpi)
         ocr = False
         if gray is not None:
             ocr_text = _tesseract(gray, s, index)
@@ -197,21 +194,10 @@ class PdfDocument:
         self.close()
 
 
-def _png(rows: np.ndarray, width: int, height: int, dpi: int) -> bytes:
-    """8-bit RGB PNG from filtered scanlines, with pHYs giving the dpi (as MuPDF's writer does)."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    per_metre = round(dpi / 0.0254)
-    return b"".join((b"\x89PNG\r\n\x1a\n",
-                     chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)),  # 8-bit RGB
-                     chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)),
-                     chunk(b"IDAT", zlib.compress(rows, _PNG_LEVEL)),
-                     chunk(b"IEND", b"")))
-
-
 def _tesseract(gray: Image.Image, settings: PdfSettings, index: int) -> str:
     """Tesseract's text for one page rendering; "" when it fails or times out (logged: the page is kept)."""
+    import pytesseract
+
     try:
         text = pytesseract.image_to_string(gray, lang=settings.ocr_language, timeout=settings.ocr_timeout_s)
     except RuntimeError as exc:  # TesseractError, and pytesseract's "Tesseract process timeout"
