@@ -62,26 +62,37 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     for source, raw, quarantined, cleaned in [("docs", "67", "6", "54"), ("kernel", "40", "1", "31"),
                                               ("handbook", "40", "0", "40"), ("pages", "9", "2", "6"),
                                               ("notes", "40", "0", "40"), ("sft", "40", "1", "40"),
-                                              ("hub-mirror", "15", "0", "13")]:
+                                              ("hub-mirror", "15", "0", "13"),
+                                              # media: 2 bad images, an encrypted PDF, a broken WAV, 3 bad
+                                              # manifest rows; a blank image and a silent clip cleaned away
+                                              ("images", "16", "2", "15"), ("pdfs", "4", "1", "4"),
+                                              ("audio", "5", "1", "4"), ("multimodal", "10", "3", "10")]:
         assert lines[source][1:5] == ["ok", raw, quarantined, cleaned], res.stdout
-        assert "7/7 checks passed" in " ".join(lines[source]), res.stdout
-    # dedup across sources (hub-mirror copies kernel docs; planted copies in docs), splits, tokens, shards
+        assert "10/10 checks passed" in " ".join(lines[source]), res.stdout
+    # dedup across sources (hub-mirror copies kernel docs; planted copies in docs; the manifest shares
+    # images with images/; a resized circle), splits, tokens, shards; the text shards are what they were
+    # before media arrived (the pinned md5 below)
     corpus = " ".join(lines["corpus"])
-    assert corpus.startswith("corpus ok dedup 224 -> 204 documents, split 204, tokens "), res.stdout
-    assert corpus.endswith("15/15 checks passed"), res.stdout
+    assert corpus.startswith("corpus ok dedup 257 -> 225 documents, split 225, tokens "), res.stdout
+    assert "media samples 21" in corpus and corpus.endswith("17/17 checks passed"), res.stdout
     md5 = lines["release"][4]
     assert lines["release"][:4] == ["release", "ok", "dvc", "md5"] and md5.endswith(".dir"), res.stdout
     # the sample's dataset version is the one pinned in the committed dvc.lock: built in another
     # directory, by another DAGSTER_HOME, it is byte for byte the same data (a changed output needs
     # a deliberate `dvc repro` / `run` and a dvc.lock commit)
-    pinned = yaml.safe_load((REPO / "dvc.lock").read_text())["stages"]["packed_shards"]["outs"][0]["md5"]
+    lock = yaml.safe_load((REPO / "dvc.lock").read_text())["stages"]
+    pinned = lock["packed_shards"]["outs"][0]["md5"]
     assert md5 == pinned
+    # the media shard set is a DVC version of its own, pinned the same way
+    version = json.loads((tmp / "platform" / "dataset_version" / "_all" / "version.json").read_text())
+    assert version["media"]["md5"] == lock["media_shards"]["outs"][0]["md5"]
+    assert version["media"]["totals"]["samples"] == 21 and version["media"]["formats"] == ["parquet", "webdataset"]
     assert " ".join(lines["training"]).startswith("training ok steps 10, final loss "), res.stdout
     assert (tmp / "platform" / "packed_shards" / "_all.dvc").is_file()
     assert (tmp / "checkpoints" / md5.removesuffix(".dir") / "latest").is_file()
     out = tmp / "platform" / "raw_documents"
     first = {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
-    data_files = ("*.parquet", "*.bin", "*.tar", "index.json", "tokenizer.json")
+    data_files = ("*.parquet", "*.bin", "*.tar", "index.json", "tokenizer.json")  # media shards included
     everything = {p: p.read_bytes() for pattern in data_files for p in sorted((tmp / "platform").rglob(pattern))}
     res = _run([sys.executable, "-m", "platform_assets", "run"], env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
