@@ -181,6 +181,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from platform_assets.media_shards.index import locate_sample
     from platform_assets.packing.provenance import explain_document
     from platform_assets.storage import Storage
 
@@ -189,8 +190,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     status = 0
     for document_id in args.document_ids:
         explanation = explain_document(storage, document_id)
-        print(explanation.describe())
-        status = status or (0 if explanation.packed or explanation.removals else 1)
+        # an image, page or clip lives in the media shard set, not in the token shards
+        media = locate_sample(storage, "media_shards/_all", document_id)
+        if media and not explanation.packed and not explanation.removals:
+            print(f"{document_id}: a media sample (images, PDF pages and clips are in media_shards, not in the "
+                  "token shards)")
+        else:
+            print(explanation.describe())
+        for fmt, shard in media:
+            print(f"  media sample in {fmt} shard {shard}")
+        status = status or (0 if explanation.packed or explanation.removals or media else 1)
     return status
 
 

@@ -147,6 +147,14 @@ def test_a_mixed_manifest_becomes_webdataset_and_parquet_shards_read_back_identi
             clip, rate = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
             assert rate == 16_000 and abs(len(clip) / rate - 1.5) < 1e-3 and record["duration_s"] == len(clip) / rate
             assert isinstance(media, bytes) and sf.read(io.BytesIO(media), dtype="float32")[0].tolist() == clip.tolist()
+    # `explain` finds a media document in both formats' shards
+    from platform_assets.media_shards.index import locate_sample
+    from platform_assets.storage import Storage
+
+    some_id = sorted(from_tar)[0]
+    found = locate_sample(Storage(str(tmp / "out")), "media_shards/_all", some_id)
+    assert sorted(fmt for fmt, _ in found) == ["parquet", "webdataset"] and found[0][1] == found[1][1]
+    assert locate_sample(Storage(str(tmp / "out")), "media_shards/_all", "0" * 32) == []
     texts = sorted(t for _, t, _ in from_tar.values())
     assert "user: Describe it.\n\nassistant: Half-transparent colour blocks on white." in texts
     assert any("seeded hash" in t for t in texts)  # the second PDF page's own text

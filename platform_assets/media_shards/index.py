@@ -163,3 +163,15 @@ def sample_ids(format_dir: str, fs: pafs.FileSystem | None = None) -> list[tuple
     fmt = REGISTRY[index["format"]]
     return [(shard["name"], i) for _, shard in _shards(index)
             for i in fmt.read_ids(fs, f"{base}/{shard['files']['data']['path']}")]
+
+
+def locate_sample(storage: Storage, out_rel: str, document_id: str) -> list[tuple[str, str]]:
+    """(format, shard name) of every shard holding `document_id` (ids read without the media bytes);
+    empty when the output does not exist or the document is not a media sample."""
+    if not storage.exists(out_rel):
+        return []
+    found = []
+    for format_dir in format_dirs(storage, out_rel):
+        fmt = PurePosixPath(format_dir).name
+        found += [(fmt, shard) for shard, i in sample_ids(storage.path(format_dir), storage.fs) if i == document_id]
+    return found
