@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -82,17 +83,27 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def sample_record(row: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+def relative_uri(uri: str, base: str | None) -> str:
+    """`uri` relative to its source's directory (`images/cat.png`, `manifest.jsonl#line=3`): a shard set
+    must not depend on where the corpus was checked out, or its DVC version changes with the directory
+    (the ids already hash locations relative to the source). A uri elsewhere (s3://, another root) stays whole."""
+    prefix = base.rstrip("/") + "/" if base else None
+    return uri[len(prefix):] if prefix and uri.startswith(prefix) else uri
+
+
+def sample_record(row: dict[str, Any], item: dict[str, Any], uri_base: str | None = None) -> dict[str, Any]:
     """`<key>.json`: the document's fields, the item's identity and measured fields (those that apply),
-    its meta parsed, and the conversation as `messages` (taken out of meta, not stored twice)."""
+    its meta parsed, and the conversation as `messages` (taken out of meta, not stored twice). Uris are
+    relative to `uri_base`, the source's directory (see `relative_uri`)."""
     meta = json.loads(row["meta"]) if row["meta"] else {}
     if not isinstance(meta, dict):
         meta = {"value": meta}
     record: dict[str, Any] = {
         "id": row["id"], "source": row["source"], "split": row["split"], "modality": row["modality"],
-        "uri": row["uri"], "license": row["license"],
+        "uri": relative_uri(row["uri"], uri_base), "license": row["license"],
         "ingested_at": row["ingested_at"].isoformat() if row["ingested_at"] is not None else None,
-        "kind": item["kind"], "mime": item["mime"], "media_uri": item["uri"], "sha256": item["sha256"],
+        "kind": item["kind"], "mime": item["mime"], "media_uri": relative_uri(item["uri"], uri_base),
+        "sha256": item["sha256"],
     }
     for name in MEDIA_MEASURED_FIELDS:
         value = _plain(item.get(name))
@@ -135,8 +146,10 @@ class BatchSamples:
     extra_items: int  # media items beyond the first of a document's kind (not sharded)
 
 
-def media_samples(batch: pa.RecordBatch, with_features: bool) -> BatchSamples:
-    """The media samples of a batch of dataset_splits rows (text rows are counted and left out)."""
+def media_samples(batch: pa.RecordBatch, with_features: bool,
+                  uri_bases: Mapping[str, str] | None = None) -> BatchSamples:
+    """The media samples of a batch of dataset_splits rows (text rows are counted and left out);
+    `uri_bases`: each source's directory, which the samples' uris are made relative to."""
     is_media = pc.is_in(batch.column("modality"), value_set=pa.array(sorted(MEDIA_MODALITIES), pa.string()))
     is_media = is_media.fill_null(False)
     media_rows = batch.filter(is_media)
@@ -156,7 +169,7 @@ def media_samples(batch: pa.RecordBatch, with_features: bool) -> BatchSamples:
             id=row["id"], split=row["split"], source=row["source"], modality=row["modality"], kind=kind,
             text=row["text"], ext=ext, data=item["bytes"],
             measured={name: item.get(name) for name in MEDIA_MEASURED_FIELDS},
-            record=sample_record(row, item), features=features))
+            record=sample_record(row, item, (uri_bases or {}).get(row["source"])), features=features))
     return out
 
 

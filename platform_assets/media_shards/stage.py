@@ -19,7 +19,7 @@ at 16 MiB). Whisper features cost ~65 CPU-ms per clip on top (torch).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,10 +223,11 @@ def read_parts(storage: Storage, rel: str, columns: Sequence[str], batch_rows: i
 
 
 def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: MediaShardSettings,
-                       io: IOSettings = DEFAULT_IO) -> MediaShardsResult:
+                       io: IOSettings = DEFAULT_IO, uri_bases: Mapping[str, str] | None = None) -> MediaShardsResult:
     """Write the media shard set of `in_rel` (dataset_splits parts) to `out_rel`, staged and committed
-    atomically. Raises ValueError for input that is not a dataset_splits output or a split/source name
-    that cannot name a directory; nothing is committed then."""
+    atomically. `uri_bases`: {source: its directory}; samples record uris relative to it, so the shard
+    set is the same bytes wherever the corpus lives. Raises ValueError for input that is not a
+    dataset_splits output or a split/source name that cannot name a directory; nothing is committed then."""
     source = TableSource(storage, in_rel, io)
     if source.schema is None:
         raise ValueError(f"no dataset_splits parts under {in_rel}")
@@ -241,7 +242,7 @@ def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: Me
     with storage.staged_dir(out_rel) as staged:
         writer = MediaSetWriter(staged, formats, header, settings, io.batch_bytes)
         for batch in read_parts(storage, in_rel, REQUIRED_COLUMNS, batch_rows):
-            got = media_samples(batch, header.audio_features)
+            got = media_samples(batch, header.audio_features, uri_bases)
             counts.text_documents += got.text_rows
             counts.extra_items += got.extra_items
             for sample in got.samples:

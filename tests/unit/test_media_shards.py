@@ -219,3 +219,13 @@ def test_whisper_input_features_in_both_formats(storage, tmp_path):
     ds = datasets.Dataset.from_parquet(files, cache_dir=str(tmp_path / "hf"))
     features = ds.select_columns(["input_features"]).with_format("numpy")[0]["input_features"]
     assert features.shape == WHISPER_SHAPE and features.dtype == np.float32  # List(List(float32)) -> (80, 3000)
+
+
+def test_uris_are_relative_to_the_source_directory():
+    from platform_assets.media_shards.samples import relative_uri
+
+    assert relative_uri("/data/mm/manifest.jsonl#line=3", "/data/mm") == "manifest.jsonl#line=3"
+    assert relative_uri("/data/mm/media/a.pdf#page=2", "/data/mm/") == "media/a.pdf#page=2"
+    assert relative_uri("/data/mmx/a.png", "/data/mm") == "/data/mmx/a.png"  # a sibling is not under it
+    assert relative_uri("s3://bucket/a.png", "/data/mm") == "s3://bucket/a.png"
+    assert relative_uri("/data/mm/a.png", None) == "/data/mm/a.png"

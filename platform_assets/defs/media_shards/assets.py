@@ -9,6 +9,7 @@ from platform_assets.defs.media_shards.checks import MEDIA_CHECKS, evaluate_medi
 from platform_assets.defs.metadata import arrow_table, column_schema
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.ingest.readers import source_directory
 from platform_assets.media_shards.formats import MediaSetHeader
 from platform_assets.media_shards.formats.parquet import arrow_schema
 from platform_assets.media_shards.stage import write_media_shards
@@ -31,8 +32,11 @@ def media_shards(context: dg.AssetExecutionContext, pipeline: PipelineResource) 
     ctx = stage_context(pipeline, "media_shards")
     cfg, storage, rel = ctx.cfg, ctx.storage, ctx.rel
     settings = cfg.media_shards
+    # uris relative to each source's directory: the shard set (and its DVC version) must not depend on
+    # where the corpus is checked out
+    bases = {name: source_directory(cfg, name) for name in cfg.source_names()}
     result = run_stage("media_shards", lambda: write_media_shards(
-        storage, ctx.input_dir("dataset_splits"), rel, settings, cfg.io))
+        storage, ctx.input_dir("dataset_splits"), rel, settings, cfg.io, bases))
     c = result.counts
     context.log.info(f"{c.samples} media samples in {len(result.sets)} sets ({dict(c.modalities)}); "
                      f"{c.text_documents} text documents left to packed_shards, {sum(c.excluded.values())} excluded")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -62,6 +64,17 @@ def source_root(cfg: SourcePlan, name: str) -> str:
         return location
     root, _ = _split_glob(location)
     return root
+
+
+def source_directory(cfg: SourcePlan, name: str) -> str:
+    """The directory a source's files live under: its root, or the folder of a single-file source (a
+    manifest's folder, against which its rows name their files)."""
+    root = source_root(cfg, name)
+    if isinstance(cfg.source(name), HuggingFaceSource) or os.path.isdir(root):
+        return root
+    if root.startswith("s3://") and not PurePosixPath(root).suffix:
+        return root  # a prefix
+    return root.rpartition("/")[0] or "/"
 
 
 def source_files(
