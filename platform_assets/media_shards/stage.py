@@ -122,7 +122,8 @@ class MediaSetWriter:
             self._sets[key] = _Set(split, source)
         return self._sets[key]
 
-    def add(self, sample: MediaSample) -> None:
+    def add(self, sample: MediaSample) -> tuple[str, int]:
+        """Write the sample into every format; (shard name, its position in the shard)."""
         st = self._set(sample.split, sample.source)
         shard = st.open
         if shard is not None and (shard.samples >= self.settings.shard_max_samples
@@ -137,6 +138,7 @@ class MediaSetWriter:
         shard.payload_bytes += sample.payload_bytes
         shard.modalities[sample.modality] += 1
         self._bound_memory()
+        return f"{st.prefix}/shard-{shard.number:05d}", shard.samples - 1
 
     def _open_shard(self, st: _Set) -> _Shard:
         number = len(st.shards)
@@ -222,6 +224,56 @@ def read_parts(storage: Storage, rel: str, columns: Sequence[str], batch_rows: i
                 yield upgrade_documents(batch, path).select(list(columns))
 
 
+PROVENANCE_FILE = "provenance.parquet"  # the same name as the token shards' (packing/provenance.py)
+PROVENANCE_SCHEMA = pa.schema([
+    pa.field("document_id", pa.string(), nullable=False),
+    pa.field("split", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("modality", pa.string(), nullable=False),
+    pa.field("shard", pa.string(), nullable=False),  # `<split>/<source>/shard-NNNNN`, in every format
+    pa.field("sample", pa.int32(), nullable=False),  # position in the shard, from 0
+    pa.field("uri", pa.string()),  # the document's location, relative to its source's directory
+    pa.field("media_uri", pa.string()),  # the file (and page) the media came from
+    pa.field("sha256", pa.string(), nullable=False),  # of the media bytes in the shard
+])
+
+
+class ProvenanceWriter:
+    """`provenance.parquet`: which document is in which shard, at which position (every format holds
+    the same samples in the same shards). Written in row groups of 65,536 rows as samples arrive, so
+    memory does not grow with the set (~100 bytes a row in flight)."""
+
+    ROWS_PER_GROUP = 65_536
+
+    def __init__(self, staged: StagedDir, compression: str):
+        self._staged, self._compression = staged, compression
+        self._rows: list[tuple] = []
+
+    def __enter__(self) -> ProvenanceWriter:
+        self._file = self._staged.open_output(PROVENANCE_FILE)
+        self._writer = pq.ParquetWriter(self._file, PROVENANCE_SCHEMA, compression=self._compression)
+        return self
+
+    def add(self, sample: MediaSample, shard: str, position: int) -> None:
+        r = sample.record
+        self._rows.append((sample.id, sample.split, sample.source, sample.modality, shard, position, r["uri"],
+                           r["media_uri"], r["sha256"]))
+        if len(self._rows) >= self.ROWS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        columns = list(zip(*self._rows, strict=True)) if self._rows else [[] for _ in PROVENANCE_SCHEMA]
+        self._writer.write_table(pa.Table.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, PROVENANCE_SCHEMA, strict=True)], schema=PROVENANCE_SCHEMA))
+        self._rows = []
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and self._rows:
+            self._flush()
+        self._writer.close()
+        self._file.close()
+
+
 def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: MediaShardSettings,
                        io: IOSettings = DEFAULT_IO, uri_bases: Mapping[str, str] | None = None) -> MediaShardsResult:
     """Write the media shard set of `in_rel` (dataset_splits parts) to `out_rel`, staged and committed
@@ -239,14 +291,14 @@ def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: Me
     batch_rows = input_batch_rows(storage, in_rel, io)
     counts = MediaCounts()
     exclusions: list[dict[str, Any]] = []
-    with storage.staged_dir(out_rel) as staged:
+    with storage.staged_dir(out_rel) as staged, ProvenanceWriter(staged, io.compression) as provenance:
         writer = MediaSetWriter(staged, formats, header, settings, io.batch_bytes)
         for batch in read_parts(storage, in_rel, REQUIRED_COLUMNS, batch_rows):
             got = media_samples(batch, header.audio_features, uri_bases)
             counts.text_documents += got.text_rows
             counts.extra_items += got.extra_items
             for sample in got.samples:
-                writer.add(sample)
+                provenance.add(sample, *writer.add(sample))
                 counts.add(sample)
             for row in got.exclusions:
                 counts.excluded[row["rule"]] += 1

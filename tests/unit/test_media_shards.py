@@ -229,3 +229,24 @@ def test_uris_are_relative_to_the_source_directory():
     assert relative_uri("/data/mmx/a.png", "/data/mm") == "/data/mmx/a.png"  # a sibling is not under it
     assert relative_uri("s3://bucket/a.png", "/data/mm") == "s3://bucket/a.png"
     assert relative_uri("/data/mm/a.png", None) == "/data/mm/a.png"
+
+
+def test_provenance_names_every_sample_in_shard_order(tmp_path):
+    """provenance.parquet has one row per sample, in the order and shards the formats hold them."""
+    import pyarrow.parquet as pq
+
+    from platform_assets.media_shards.index import sample_ids
+    from platform_assets.media_shards.settings import MediaShardSettings
+    from platform_assets.media_shards.stage import PROVENANCE_FILE, write_media_shards
+    from platform_assets.storage import Storage
+
+    storage = Storage(str(tmp_path))
+    write_splits(storage)
+    write_media_shards(storage, "dataset_splits/_all", "media_shards/_all",
+                       MediaShardSettings(audio_features="none", shard_max_samples=2))
+    rows = pq.read_table(tmp_path / "media_shards" / "_all" / PROVENANCE_FILE).to_pylist()
+    ids = sample_ids(str(tmp_path / "media_shards" / "_all" / "webdataset"))
+    assert sorted((r["shard"], r["sample"], r["document_id"]) for r in rows) == sorted(
+        (shard, i, doc) for shard in {s for s, _ in ids}
+        for i, doc in enumerate(d for s, d in ids if s == shard))
+    assert all(r["sample"] < 2 and len(r["sha256"]) == 64 for r in rows)
