@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 _EXTENSION_ALIASES = {"jpeg": "jpg", "jpe": "jpg", "tiff": "tif", "oga": "ogg", "opus": "ogg", "wave": "wav"}
 _KNOWN_EXTENSIONS = {t.extension for t in filetype.TYPES}
 _ocr_warned = False
+UNEXPECTED = {"image": Q.CORRUPT_IMAGE, "pdf": Q.CORRUPT_PDF, "audio": Q.CORRUPT_AUDIO}
 
 
 def mislabelled(name: str, mime: str) -> str | None:
@@ -118,6 +119,13 @@ class MediaReader:
         except MediaRejected as rej:
             self._reject(doc_uri, rej.reason, f"{file_uri}: {rej.detail}", data)
             return
+        except (RuntimeError, MemoryError):
+            raise  # a misconfigured process (see images.py) or the machine: not this file's fault
+        except Exception as err:  # noqa: BLE001 - a decoder's surprise is this file's problem, not the run's
+            # The rooms map every failure they know to a reason; anything else a decoder raises on odd bytes
+            # quarantines this one file (named, with the exception) instead of ending the whole source.
+            self._reject(doc_uri, UNEXPECTED[kind], f"{file_uri}: {type(err).__name__}: {err}", data)
+            return
         yield Record(text, doc_uri, meta_text(meta), mtime, modality_of(kind).value, (prepared.item(file_uri),))
 
     def _pdf_pages(self, data: bytes, file_uri: str, doc_uri: str, text: str, meta: dict[str, Any],
@@ -134,6 +142,11 @@ class MediaReader:
         except MediaRejected as rej:
             self._reject(doc_uri, rej.reason, f"{file_uri}: {rej.detail}", data)
             return
+        except (RuntimeError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 - as in documents(): this file, not the run
+            self._reject(doc_uri, Q.CORRUPT_PDF, f"{file_uri}: {type(err).__name__}: {err}", data)
+            return
         with doc:
             if page is None:
                 indices = list(doc.readable_pages())
@@ -144,12 +157,17 @@ class MediaReader:
                 indices = [page]
             for index in indices:
                 page_uri = f"{file_uri}#page={index}"
+                where = doc_uri if page is not None else page_uri
                 try:
                     got = doc.page(index)
                 except MediaRejected as rej:
-                    self._reject(doc_uri if page is not None else page_uri, rej.reason, f"{page_uri}: {rej.detail}")
+                    self._reject(where, rej.reason, f"{page_uri}: {rej.detail}")
                     continue
-                where = doc_uri if page is not None else page_uri
+                except (RuntimeError, MemoryError):
+                    raise
+                except Exception as err:  # noqa: BLE001 - one damaged page, not the document or the run
+                    self._reject(where, Q.CORRUPT_PDF, f"{page_uri}: {type(err).__name__}: {err}")
+                    continue
                 yield Record(got.text, where, meta_text(meta), mtime, modality_of("pdf").value,
                              (got.image.item(page_uri),))
 

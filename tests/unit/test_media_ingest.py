@@ -321,3 +321,27 @@ def test_hugging_face_image_and_audio_columns(tmp_path, write_config, storage):
     ingest_source(cfg, "hfa", storage, "raw_documents/hfa")
     docs, _ = _output(tmp_path, "raw_documents/hfa")
     assert [(d["text"], d["modality"], d["media"][0]["sample_rate"]) for d in docs] == [("a tone", "audio", 16_000)]
+
+
+def test_a_decoder_surprise_quarantines_that_file_and_the_rest_is_read(tmp_path, manifest_dir, write_config,
+                                                                      storage, monkeypatch):
+    """Anything a room does not map (an exception from inside a decoder) costs one file, named with the
+    exception, never the rest of the manifest chunk or the run."""
+    from platform_assets.media import images
+
+    real = images.prepare_image
+    calls = []
+
+    def flaky(data, settings):
+        calls.append(len(data))
+        if len(calls) == 1:
+            raise ValueError("a decoder bug on odd bytes")
+        return real(data, settings)
+
+    monkeypatch.setattr(images, "prepare_image", flaky)
+    cfg = write_config([{"name": "mm", "format": "manifest", "path": str(manifest_dir / "manifest.jsonl")}])
+    ingest_source(cfg, "mm", storage, "raw_documents/mm")
+    docs, quarantine = _output(tmp_path, "raw_documents/mm")
+    first = quarantine[next(u for u in quarantine if u.endswith("#line=1"))]
+    assert first == ("corrupt_image", f"{manifest_dir / 'media' / 'cat.png'}: ValueError: a decoder bug on odd bytes")
+    assert len(docs) == 3  # the page, the clip and the second image row are still read

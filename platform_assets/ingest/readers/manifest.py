@@ -158,7 +158,10 @@ def _read_file(location: str, s3: S3Settings | None, limit: int, name: str) -> t
         raise Rejected(Q.MISSING_FILE, f"{name!r}: no such file ({location})")
     if info.size > limit:
         raise Rejected(Q.MEDIA_TOO_LARGE, f"{name!r}: {info.size} bytes > {limit} (media.*.max_file_bytes)")
-    with fs.open_input_stream(path) as f:
-        data = f.read()
+    try:
+        with fs.open_input_stream(path) as f:
+            data = f.read()
+    except OSError as err:  # permissions, a file that vanished: this row, not the rest of the manifest chunk
+        raise Rejected(Q.UNREADABLE_FILE, f"{name!r}: {err}") from None
     mtime = int(info.mtime.timestamp()) if info.mtime is not None else None
     return data, mtime
