@@ -148,3 +148,51 @@ def test_pipeline_resource_uses_dagster_aws_s3_resource(s3, tmp_path, monkeypatc
     mat = result.asset_materializations_for_node("raw_documents")[0]
     assert mat.metadata["uri"].value == f"s3://{bucket}/out/raw_documents/web"
     assert mat.metadata["rows"].value == 1
+
+
+def test_manifest_on_s3_reads_media_inside_its_roots_only(s3, tmp_path):
+    """A manifest in a bucket names images relative to itself and by s3:// URI: those under the
+    source's roots are read (through the same S3 endpoint), one in another prefix is quarantined as
+    path_outside_root without being fetched, a missing key is missing_file."""
+    import io
+
+    from PIL import Image
+
+    from platform_assets.config import parse_config
+    from platform_assets.ingest.run import ingest_source
+    from platform_assets.storage import Storage
+
+    client, bucket, endpoint = s3
+
+    def png(color) -> bytes:
+        buf = io.BytesIO()
+        img = Image.new("RGB", (48, 40), color)
+        img.putpixel((3, 3), (0, 0, 0))
+        img.save(buf, format="PNG")
+        return buf.getvalue()
+
+    client.put_object(Bucket=bucket, Key="mm/media/a.png", Body=png((200, 0, 0)))
+    client.put_object(Bucket=bucket, Key="mm/media/b.png", Body=png((0, 200, 0)))
+    client.put_object(Bucket=bucket, Key="private/secret.png", Body=png((0, 0, 0)))
+    rows = [{"modality": "image", "file": "media/a.png", "caption": "relative"},
+            {"modality": "image", "file": f"s3://{bucket}/mm/media/b.png", "caption": "by uri"},
+            {"modality": "image", "file": f"s3://{bucket}/private/secret.png", "caption": "another prefix"},
+            {"modality": "image", "file": "media/../../private/secret.png", "caption": "dot-dot"},
+            {"modality": "image", "file": "media/missing.png", "caption": "not there"}]
+    client.put_object(Bucket=bucket, Key="mm/manifest.jsonl",
+                      Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    cfg = parse_config(
+        {"storage": {"root": f"s3://{bucket}/platform", "s3": {"endpoint_url": endpoint}},
+         "sources": [{"name": "mm", "format": "manifest", "path": f"s3://{bucket}/mm/manifest.jsonl"}]},
+        tmp_path,
+    )
+    storage = Storage(cfg.storage_root, cfg.s3_settings())
+    result = ingest_source(cfg, "mm", storage, "raw_documents/mm")
+    assert result.modalities == {"image": 2}
+    assert result.quarantine_counts == {"missing_file": 1, "path_outside_root": 2}
+    from platform_assets.parquet_parts import read_batches
+
+    (batch,) = read_batches(storage, "raw_documents/mm", ["text", "media"])
+    assert batch.column("text").to_pylist() == ["relative", "by uri"]
+    assert [m[0]["uri"] for m in batch.column("media").to_pylist()] == [
+        f"s3://{bucket}/mm/media/a.png", f"s3://{bucket}/mm/media/b.png"]
