@@ -1,10 +1,9 @@
 """What a binary file is, from its bytes: the MIME type (magic numbers, via `filetype`) and the media
-kind a document schema v2 row stores it as. A name says nothing: `cat.png` may be a GIF or a PDF.
-"""
+kind (the media room that reads it). A name says nothing: `cat.png` may be a GIF or a PDF; a name that
+disagrees with the bytes is quarantined (media_records.mislabelled)."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Literal
 
 import filetype
@@ -13,7 +12,6 @@ from platform_assets.ingest.file_io import SNIFF_BYTES
 from platform_assets.schema import Modality
 
 MediaKind = Literal["image", "pdf", "audio"]
-MEDIA_KINDS: tuple[MediaKind, ...] = ("image", "pdf", "audio")
 _MODALITY: dict[MediaKind, Modality] = {"image": Modality.IMAGE, "pdf": Modality.PDF, "audio": Modality.AUDIO}
 
 
@@ -47,8 +45,3 @@ def media_kind(mime: str | None) -> MediaKind | None:
 
 def modality_of(kind: MediaKind) -> Modality:
     return _MODALITY[kind]
-
-
-def media_item(kind: MediaKind, mime: str, uri: str, data: bytes) -> dict:
-    """One `media` list element (schema.MEDIA_ITEM_TYPE) holding the bytes inline."""
-    return {"kind": kind, "mime": mime, "uri": uri, "sha256": hashlib.sha256(data).hexdigest(), "bytes": data}
