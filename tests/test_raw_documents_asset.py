@@ -182,3 +182,29 @@ def test_job_runs_a_partition_on_the_instance(pipeline, instance, monkeypatch):
     assert result.success
     assert instance.get_latest_materialization_event(dg.AssetKey("raw_documents")) is not None
     assert os.environ["PLATFORM_CONFIG"] == pipeline.config_path
+
+
+def test_sensor_and_schedule_leave_sources_their_materializations_already_read(pipeline, instance, tmp_path):
+    """A fresh sensor (no cursor: a new UI after the CLI's main job) requests nothing for sources whose
+    latest materialization read the files as they are now; a changed file requests that source only.
+    The daily schedule decides the same way."""
+    for key in ("web", "books"):
+        assert _materialize(pipeline, instance, key).success
+    with dg.build_sensor_context(instance=instance, resources={"pipeline": pipeline}) as ctx:
+        fresh = source_files_sensor(ctx)
+    assert fresh.run_requests == [] and fresh.dynamic_partitions_requests == []
+    when = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
+    with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                   resources={"pipeline": pipeline}) as ctx:
+        assert daily_refresh(ctx) == []
+
+    pq.write_table(pa.table({"text": ["a third book"]}), tmp_path / "src" / "books" / "c.parquet")
+    with dg.build_sensor_context(instance=instance, cursor=fresh.cursor, resources={"pipeline": pipeline}) as ctx:
+        changed = source_files_sensor(ctx)
+    assert [r.partition_key for r in changed.run_requests] == ["books"]
+    with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                   resources={"pipeline": pipeline}) as ctx:
+        assert [r.partition_key for r in daily_refresh(ctx)] == ["books"]
+    assert _materialize(pipeline, instance, "books").success  # once read, quiet again
+    with dg.build_sensor_context(instance=instance, resources={"pipeline": pipeline}) as ctx:
+        assert source_files_sensor(ctx).run_requests == []

@@ -4,6 +4,7 @@
 import dagster as dg
 
 from platform_assets.defs.pipeline.jobs import per_source_job
+from platform_assets.defs.raw_documents.fingerprint import materialized_fingerprint, source_fingerprint
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 
@@ -13,7 +14,8 @@ from platform_assets.defs.resources import PipelineResource
     cron_schedule="0 3 * * *",
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="03:00 UTC: one run per configured source (registering new sources as partitions).",
+    description="03:00 UTC: one run per configured source whose files changed since its latest materialization "
+                "(registering new sources as partitions).",
 )
 def daily_refresh(context: dg.ScheduleEvaluationContext, pipeline: PipelineResource):
     names = pipeline.config().source_names()
@@ -22,4 +24,9 @@ def daily_refresh(context: dg.ScheduleEvaluationContext, pipeline: PipelineResou
     if missing:
         context.instance.add_dynamic_partitions(source_partitions.name, missing)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [dg.RunRequest(run_key=f"{name}:{day}", partition_key=name) for name in names]
+    cfg = pipeline.config()
+    # A source whose files are what its latest materialization read is not re-ingested; one that cannot be
+    # listed (a hub dataset) is refreshed every day, since only reading it tells whether it changed.
+    changed = [n for n in names if (fp := source_fingerprint(cfg, n, pipeline)) is None
+               or fp != materialized_fingerprint(context.instance, n)]
+    return [dg.RunRequest(run_key=f"{name}:{day}", partition_key=name) for name in changed]

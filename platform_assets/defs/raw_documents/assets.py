@@ -5,6 +5,7 @@ import dagster as dg
 
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.raw_documents.checks import RAW_DOCUMENT_CHECKS, evaluate_raw_document_checks
+from platform_assets.defs.raw_documents.fingerprint import FINGERPRINT_KEY, source_fingerprint
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
@@ -30,6 +31,8 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     if source not in ctx.cfg.source_names():
         raise dg.Failure(f"partition {source!r} is not a source of {pipeline.config_path} "
                          f"(configured: {', '.join(ctx.cfg.source_names())}); remove the partition or add the source")
+    # taken before reading: what this materialization read, for the sensor and the schedule to compare with
+    fingerprint = source_fingerprint(ctx.cfg, source, pipeline)
     result = run_stage("raw_documents", lambda: ingest_source(ctx.cfg, source, ctx.storage, ctx.rel,
                                                               pipeline.s3_settings(ctx.cfg)))
     context.log.info(f"{source}: {result.rows} documents, {result.quarantined} quarantined "
@@ -39,6 +42,7 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
             {r: result.quarantine_counts.get(r, 0) for r in QuarantineReason.all()
              if result.quarantine_counts.get(r)}, "reason"),
         "quarantine_uri": dg.MetadataValue.path(ctx.storage.uri(result.exclusions_path())),
+        **({FINGERPRINT_KEY: fingerprint} if fingerprint is not None else {}),
     }
     return stage_result(ctx, result, metadata, evaluate_raw_document_checks(ctx.storage, ctx.rel, result, ctx.cfg),
                         preview=["id", "uri", "modality", "text"])

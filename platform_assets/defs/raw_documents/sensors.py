@@ -1,33 +1,18 @@
-"""Notices new or changed files under each source's path and requests that source's partition."""
+"""Notices new or changed files under each source's path and requests that source's partition: a
+source whose files are what its latest materialization read (fingerprint.py) is left alone."""
 
 
-import hashlib
 import json
 
 import dagster as dg
 
-from platform_assets.config import ConfigError, HuggingFaceSource, PipelineConfig
+from platform_assets.config import ConfigError
 from platform_assets.defs.pipeline.jobs import per_source_job
+from platform_assets.defs.raw_documents.fingerprint import materialized_fingerprint, source_fingerprint
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.ingest.readers import source_files
 
-
-def source_fingerprint(cfg: PipelineConfig, name: str, pipeline: PipelineResource | None = None) -> str | None:
-    """A hash of the source's file list with sizes and mtimes; None for sources that can't be
-    listed (hub datasets; a path that does not exist yet)."""
-    src = cfg.source(name)
-    if isinstance(src, HuggingFaceSource):
-        return None
-    try:
-        cfg.check_source_paths([name])
-        _, _, files = source_files(cfg, name, pipeline.s3_settings(cfg) if pipeline else None)
-    except (ConfigError, OSError):
-        return None
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.path}\x00{f.size}\x00{f.mtime_s}\n".encode())
-    return h.hexdigest()[:16]
+__all__ = ["source_files_sensor", "source_fingerprint"]
 
 
 @dg.sensor(
@@ -47,7 +32,12 @@ def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineR
     requests = []
     for name in cfg.source_names():
         fingerprint = source_fingerprint(cfg, name, pipeline)
+        # already requested by this sensor, or already read by a materialization (any run: CLI, UI,
+        # backfill): nothing to do. Only the data on the instance says the second.
         if fingerprint is None or cursor.get(name) == fingerprint:
+            continue
+        if materialized_fingerprint(context.instance, name) == fingerprint:
+            cursor[name] = fingerprint
             continue
         cursor[name] = fingerprint
         requests.append(dg.RunRequest(run_key=f"{name}:{fingerprint}", partition_key=name))

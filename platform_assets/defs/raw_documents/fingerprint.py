@@ -1,0 +1,49 @@
+"""A source's file fingerprint, and the one its latest raw_documents materialization read.
+
+The fingerprint hashes the source's file list with sizes and mtimes. The asset records it in its
+materialization metadata (`source_fingerprint`), so the sensor and the schedule decide from the data
+on the instance, whoever materialized it (the CLI's main job, the UI, a backfill), not from their own
+cursors alone: a fresh UI after the main job launches nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import dagster as dg
+
+from platform_assets.config import ConfigError, HuggingFaceSource, PipelineConfig
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.ingest.readers import source_files
+
+FINGERPRINT_KEY = "source_fingerprint"
+RAW_DOCUMENTS = dg.AssetKey("raw_documents")
+
+
+def source_fingerprint(cfg: PipelineConfig, name: str, pipeline: PipelineResource | None = None) -> str | None:
+    """A hash of the source's file list with sizes and mtimes; None for sources that can't be
+    listed (hub datasets; a path that does not exist yet)."""
+    src = cfg.source(name)
+    if isinstance(src, HuggingFaceSource):
+        return None
+    try:
+        cfg.check_source_paths([name])
+        _, _, files = source_files(cfg, name, pipeline.s3_settings(cfg) if pipeline else None)
+    except (ConfigError, OSError):
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.path}\x00{f.size}\x00{f.mtime_s}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def materialized_fingerprint(instance: dg.DagsterInstance, name: str) -> str | None:
+    """The fingerprint the latest raw_documents materialization of partition `name` recorded (None:
+    never materialized, or by a version that did not record one)."""
+    result = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=RAW_DOCUMENTS, asset_partitions=[name]), limit=1)
+    if not result.records:
+        return None
+    materialization = result.records[0].asset_materialization
+    value = materialization.metadata.get(FINGERPRINT_KEY) if materialization is not None else None
+    return value.value if value is not None else None
