@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -72,8 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     per_source = definitions.resolve_job_def("per_source_job")
     failed = []
     print(f"{'source':<16} {'status':<8} {'raw':>7} {'quarantined':>12} {'cleaned':>8}  checks")
+    only_raw = {"asset_selection": [dg.AssetKey("raw_documents")]} if args.until == "raw_documents" else {}
     for name in names:
-        result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False)
+        result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False,
+                                               **only_raw)
         rows = _metadata(result, "raw_documents", "rows")
         cleaned = _metadata(result, "cleaned_documents", "rows")
         quarantined = _metadata(result, "raw_documents", "quarantined")
@@ -94,9 +97,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# The global jobs in order, the last asset of each (for --until) and what its summary line shows.
-GLOBAL_JOBS = (("corpus_job", "packed_shards"), ("release_job", "dataset_version"), ("training_job", "training_run"))
-UNTIL_CHOICES = ("cleaned_documents", "packed_shards", "dataset_version", "training_run")
+# The global jobs in order and the assets each runs (for --until; the summary line shows what ran).
+GLOBAL_JOBS = (
+    ("corpus_job", ("deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards",
+                    "media_shards")),
+    ("release_job", ("dataset_version",)),
+    ("training_job", ("training_run",)),
+)
+UNTIL_CHOICES = ("raw_documents", "cleaned_documents", *(a for _, assets in GLOBAL_JOBS for a in assets))
+WHOLE_JOB = frozenset({"packed_shards"})
+
+
+def _until_selection(definitions, job_assets: tuple[str, ...], until: str):
+    """The assets of a job that `--until <asset>` needs: that asset and what it depends on in the job
+    (`--until dataset_splits` runs dedup and splits only); None: the whole job. `packed_shards` keeps
+    the meaning it always had, the whole corpus job (media shards too), as dvc.yaml's stages use it."""
+    import dagster as dg
+
+    if until not in job_assets or until in WHOLE_JOB:
+        return None
+    selection = dg.AssetSelection.assets(until).upstream() & dg.AssetSelection.assets(*job_assets)
+    return sorted(selection.resolve(definitions.resolve_asset_graph()))
 
 
 def _summary(job: str, result) -> str:
@@ -113,17 +134,19 @@ def _summary(job: str, result) -> str:
 
 
 def _run_global_jobs(definitions, instance, until: str) -> list[str]:
-    if until == "cleaned_documents":
+    if until in ("raw_documents", "cleaned_documents"):
         return []
     failed = []
-    for job, last in GLOBAL_JOBS:
-        result = definitions.resolve_job_def(job).execute_in_process(instance=instance, raise_on_error=False)
+    for job, assets in GLOBAL_JOBS:
+        selection = _until_selection(definitions, assets, until)
+        result = definitions.resolve_job_def(job).execute_in_process(
+            instance=instance, raise_on_error=False, **({"asset_selection": selection} if selection else {}))
         label = job.removesuffix("_job")
         print(f"{label:<16} {'ok' if result.success else 'FAILED':<8} {_summary(job, result)}  "
               f"{_checks_summary(result)}")
         if not result.success:
             return [label]
-        if last == until:
+        if until in assets:
             break
     return failed
 
@@ -144,6 +167,8 @@ def _checks_summary(result) -> str:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    import duckdb
+
     from platform_assets.contracts import DUPLICATES_FILE as DUP
     from platform_assets.contracts import EXCLUSIONS_FILE as EXCL
     from platform_assets.contracts import PART_GLOB as PARTS
@@ -153,28 +178,39 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
-    con = connect(
-        storage,
-        {
-            "raw_documents": ("raw_documents", f"*/{PARTS}"),
-            "quarantine": ("raw_documents", f"*/{QUAR}"),
-            "cleaned_documents": ("cleaned_documents", f"*/{PARTS}"),
-            "cleaning_exclusions": ("cleaned_documents", f"*/{EXCL}"),
-            "deduplicated_documents": ("deduplicated_documents", f"_all/{PARTS}"),
-            "duplicates": ("deduplicated_documents", f"_all/{DUP}"),
-            "dedup_exclusions": ("deduplicated_documents", f"_all/{EXCL}"),
-            "dataset_splits": ("dataset_splits", f"_all/{PARTS}"),
-            # one folder per (split, source): fnmatch's `*` crosses `/`
-            "tokenized_documents": ("tokenized_documents", f"_all/*{PARTS}"),
-            "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCL}"),
-            "provenance": ("packed_shards", "_all/provenance.parquet"),
-            "packing_exclusions": ("packed_shards", f"_all/{EXCL}"),
-            # one row per image / page / clip with its measured columns (width, duration_s, ...)
-            "media_samples": ("media_shards", "_all/parquet/*shard-*.parquet"),
-            "media_exclusions": ("media_shards", f"_all/{EXCL}"),
-        },
-    )
-    rel = con.sql(args.sql)
+    views = {
+        "raw_documents": ("raw_documents", f"*/{PARTS}"),
+        "quarantine": ("raw_documents", f"*/{QUAR}"),
+        "cleaned_documents": ("cleaned_documents", f"*/{PARTS}"),
+        "cleaning_exclusions": ("cleaned_documents", f"*/{EXCL}"),
+        "deduplicated_documents": ("deduplicated_documents", f"_all/{PARTS}"),
+        "duplicates": ("deduplicated_documents", f"_all/{DUP}"),
+        "dedup_exclusions": ("deduplicated_documents", f"_all/{EXCL}"),
+        "dataset_splits": ("dataset_splits", f"_all/{PARTS}"),
+        # one folder per (split, source): fnmatch's `*` crosses `/`
+        "tokenized_documents": ("tokenized_documents", f"_all/*{PARTS}"),
+        "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCL}"),
+        "provenance": ("packed_shards", "_all/provenance.parquet"),
+        "packing_exclusions": ("packed_shards", f"_all/{EXCL}"),
+        # one row per image / page / clip with its measured columns (width, duration_s, ...)
+        "media_samples": ("media_shards", "_all/parquet/*shard-*.parquet"),
+        "media_exclusions": ("media_shards", f"_all/{EXCL}"),
+    }
+    con = connect(storage, views)
+    try:
+        rel = con.sql(args.sql)
+    except duckdb.CatalogException as err:
+        # a view whose output does not exist yet: say which asset makes it, not DuckDB's catalog error
+        registered = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        missing = [v for v in views if v not in registered and re.search(rf"\b{v}\b", args.sql)]
+        if not missing:
+            print(f"query: {str(err).splitlines()[0]} (views: {', '.join(views)})", file=sys.stderr)
+            return 2
+        for view in missing:
+            asset = views[view][0]
+            print(f"query: `{view}` has no data yet under {cfg.storage_root}: materialize {asset} first "
+                  f"(python -m platform_assets run --until {asset})", file=sys.stderr)
+        return 2
     if rel is not None:
         rel.show(max_width=200, max_rows=args.max_rows)
     return 0
@@ -187,6 +223,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
+    if not storage.exists("raw_documents"):
+        print(f"explain: no outputs under {cfg.storage_root} yet: materialize them first "
+              "(python -m platform_assets run)", file=sys.stderr)
+        return 2
     status = 0
     for document_id in args.document_ids:
         explanation = explain_document(storage, document_id)
@@ -220,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("--sources", help="comma-separated subset of the configured sources")
             p.add_argument("--until", choices=UNTIL_CHOICES, default="training_run",
-                           help="last stage to materialize (dvc.yaml's stage stops at packed_shards: DVC records "
-                                "the version itself)")
+                           help="last stage to materialize, with what it needs (packed_shards: the whole corpus "
+                                "job, media shards included; dvc.yaml's stages stop there: DVC records the version "
+                                "itself)")
         p.set_defaults(func=func)
     p = sub.add_parser("query", help="SQL over the outputs with DuckDB")
     p.add_argument("sql")
