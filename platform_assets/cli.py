@@ -74,9 +74,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed = []
     print(f"{'source':<16} {'status':<8} {'raw':>7} {'quarantined':>12} {'cleaned':>8}  checks")
     only_raw = {"asset_selection": [dg.AssetKey("raw_documents")]} if args.until == "raw_documents" else {}
+    logs = _console_logs(args.verbose)
     for name in names:
         result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False,
-                                               **only_raw)
+                                               run_config=logs, **only_raw)
         rows = _metadata(result, "raw_documents", "rows")
         cleaned = _metadata(result, "cleaned_documents", "rows")
         quarantined = _metadata(result, "raw_documents", "quarantined")
@@ -89,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed or args.sources:
         print("deduplication and later stages skipped: " + ("some sources failed" if failed else "--sources given"))
     else:
-        failed += _run_global_jobs(definitions, instance, args.until)
+        failed += _run_global_jobs(definitions, instance, args.until, logs)
     print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`)")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
@@ -133,14 +134,22 @@ def _summary(job: str, result) -> str:
             f"tokens {m('training_run', 'tokens_seen')}")
 
 
-def _run_global_jobs(definitions, instance, until: str) -> list[str]:
+def _console_logs(verbose: bool) -> dict:
+    """Run config for Dagster's console logger: every event still goes to the instance (the UI's run
+    view), but the terminal shows warnings and errors only, not ~280 DEBUG lines between the summary
+    lines; `--verbose` shows them all."""
+    return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "WARNING"}}}}
+
+
+def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None) -> list[str]:
     if until in ("raw_documents", "cleaned_documents"):
         return []
     failed = []
     for job, assets in GLOBAL_JOBS:
         selection = _until_selection(definitions, assets, until)
         result = definitions.resolve_job_def(job).execute_in_process(
-            instance=instance, raise_on_error=False, **({"asset_selection": selection} if selection else {}))
+            instance=instance, raise_on_error=False, run_config=logs or {},
+            **({"asset_selection": selection} if selection else {}))
         label = job.removesuffix("_job")
         print(f"{label:<16} {'ok' if result.success else 'FAILED':<8} {_summary(job, result)}  "
               f"{_checks_summary(result)}")
@@ -259,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--config", help=f"pipeline YAML (default: ${DEFAULT_CONFIG_ENV} or configs/sample.yaml)")
         if name == "run":
             p.add_argument("--sources", help="comma-separated subset of the configured sources")
+            p.add_argument("--verbose", action="store_true",
+                           help="print Dagster's event stream (always recorded on the instance, shown in the UI)")
             p.add_argument("--until", choices=UNTIL_CHOICES, default="training_run",
                            help="last stage to materialize, with what it needs (packed_shards: the whole corpus "
                                 "job, media shards included; dvc.yaml's stages stop there: DVC records the version "
