@@ -11,6 +11,8 @@ query      run SQL with DuckDB over the outputs (views: raw_documents, quarantin
            cleaned_documents, cleaning_exclusions, deduplicated_documents, duplicates,
            dedup_exclusions, dataset_splits, tokenized_documents, tokenize_exclusions,
            provenance, packing_exclusions, media_samples, media_exclusions)
+spot-check a deterministic sample of the documents a rule removed, with the value that tripped it
+           and the start of the text: `spot-check --rule gopher_quality.stop_words -n 20`
 explain    where a document is in the packed shards, or why it is not (quarantined, filtered,
            deduplicated, dropped by packing): `explain <document id>`
 """
@@ -178,33 +180,12 @@ def _checks_summary(result) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    from platform_assets.contracts import DUPLICATES_FILE as DUP
-    from platform_assets.contracts import EXCLUSIONS_FILE as EXCL
-    from platform_assets.contracts import PART_GLOB as PARTS
-    from platform_assets.contracts import QUARANTINE_FILE as QUAR
+    from platform_assets.query import OUTPUT_VIEWS as views
     from platform_assets.query import connect
     from platform_assets.storage import Storage
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
-    views = {
-        "raw_documents": ("raw_documents", f"*/{PARTS}"),
-        "quarantine": ("raw_documents", f"*/{QUAR}"),
-        "cleaned_documents": ("cleaned_documents", f"*/{PARTS}"),
-        "cleaning_exclusions": ("cleaned_documents", f"*/{EXCL}"),
-        "deduplicated_documents": ("deduplicated_documents", f"_all/{PARTS}"),
-        "duplicates": ("deduplicated_documents", f"_all/{DUP}"),
-        "dedup_exclusions": ("deduplicated_documents", f"_all/{EXCL}"),
-        "dataset_splits": ("dataset_splits", f"_all/{PARTS}"),
-        # one folder per (split, source): fnmatch's `*` crosses `/`
-        "tokenized_documents": ("tokenized_documents", f"_all/*{PARTS}"),
-        "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCL}"),
-        "provenance": ("packed_shards", "_all/provenance.parquet"),
-        "packing_exclusions": ("packed_shards", f"_all/{EXCL}"),
-        # one row per image / page / clip with its measured columns (width, duration_s, ...)
-        "media_samples": ("media_shards", "_all/parquet/*shard-*.parquet"),
-        "media_exclusions": ("media_shards", f"_all/{EXCL}"),
-    }
     con = connect(storage, views)
     try:
         rel = con.sql(args.sql)
@@ -222,6 +203,25 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 2
     if rel is not None:
         rel.show(max_width=200, max_rows=args.max_rows)
+    return 0
+
+
+def cmd_spot_check(args: argparse.Namespace) -> int:
+    from platform_assets.spot_checks import rules_removed, spot_check, to_markdown
+    from platform_assets.storage import Storage
+
+    cfg = load_config(_use_config(args.config))
+    storage = Storage(cfg.storage_root, cfg.s3_settings())
+    checks = spot_check(storage, args.rule, args.n, args.seed, args.source, kept=args.kept)
+    if not checks:
+        known = rules_removed(storage, args.source)
+        what = "kept documents (materialize dataset_splits first)" if args.kept else \
+            f"documents removed by {args.rule!r}" if args.rule else "removed documents"
+        print(f"spot-check: no {what}; rules with removals: "
+              + (", ".join(f"{r} ({n})" for r, n in known.items()) or "none yet (run the pipeline first)"),
+              file=sys.stderr)
+        return 1
+    print(to_markdown(checks))
     return 0
 
 
@@ -275,6 +275,15 @@ def main(argv: list[str] | None = None) -> int:
                                 "job, media shards included; dvc.yaml's stages stop there: DVC records the version "
                                 "itself)")
         p.set_defaults(func=func)
+    p = sub.add_parser("spot-check", help="a deterministic sample of what a rule removed (or of the kept documents)")
+    p.add_argument("--rule", help="a rule (gopher_quality.stop_words) or rule group (gopher_quality, "
+                                  "exact_duplicate); default: every rule")
+    p.add_argument("-n", type=int, default=20, help="documents to show (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="another seed gives another sample")
+    p.add_argument("--source", help="only this source")
+    p.add_argument("--kept", action="store_true", help="sample kept documents (the split output) instead")
+    p.add_argument("--config")
+    p.set_defaults(func=cmd_spot_check)
     p = sub.add_parser("query", help="SQL over the outputs with DuckDB")
     p.add_argument("sql")
     p.add_argument("--config")

@@ -11,7 +11,28 @@ from __future__ import annotations
 import duckdb
 import pyarrow.dataset as pads
 
+from platform_assets.contracts import DUPLICATES_FILE, EXCLUSIONS_FILE, PART_GLOB, QUARANTINE_FILE
 from platform_assets.storage import Storage
+
+# The views `query` and `spot-check` see: name -> (asset output directory under the root, file glob).
+OUTPUT_VIEWS: dict[str, tuple[str, str]] = {
+    "raw_documents": ("raw_documents", f"*/{PART_GLOB}"),
+    "quarantine": ("raw_documents", f"*/{QUARANTINE_FILE}"),
+    "cleaned_documents": ("cleaned_documents", f"*/{PART_GLOB}"),
+    "cleaning_exclusions": ("cleaned_documents", f"*/{EXCLUSIONS_FILE}"),
+    "deduplicated_documents": ("deduplicated_documents", f"_all/{PART_GLOB}"),
+    "duplicates": ("deduplicated_documents", f"_all/{DUPLICATES_FILE}"),
+    "dedup_exclusions": ("deduplicated_documents", f"_all/{EXCLUSIONS_FILE}"),
+    "dataset_splits": ("dataset_splits", f"_all/{PART_GLOB}"),
+    # one folder per (split, source): fnmatch's `*` crosses `/`
+    "tokenized_documents": ("tokenized_documents", f"_all/*{PART_GLOB}"),
+    "tokenize_exclusions": ("tokenized_documents", f"_all/{EXCLUSIONS_FILE}"),
+    "provenance": ("packed_shards", "_all/provenance.parquet"),
+    "packing_exclusions": ("packed_shards", f"_all/{EXCLUSIONS_FILE}"),
+    # one row per image / page / clip with its measured columns (width, duration_s, ...)
+    "media_samples": ("media_shards", "_all/parquet/*shard-*.parquet"),
+    "media_exclusions": ("media_shards", f"_all/{EXCLUSIONS_FILE}"),
+}
 
 
 def output_dataset(storage: Storage, rel_dir: str, data_files: str = "part-*.parquet") -> pads.Dataset | None:

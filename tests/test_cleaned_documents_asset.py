@@ -67,6 +67,9 @@ def test_clean_source_reports_funnel_exclusions_and_passes_gates(tmp_path):
     assert len(excl) == 2 and all(e["rule"].split(".")[0] in {"language", "gopher_repetition", "gopher_quality"}
                                   for e in excl)
     assert all(e["value"] for e in excl)  # the value that tripped the rule
+    # the spot check in the UI shows each removed document's rule, value and raw text
+    spot = md["spot_checks"].value
+    assert all(e["rule"] in spot and e["value"] in spot for e in excl) and "buy now buy now" in spot
     assert all(c.passed for c in _checks(result).values())
 
 

@@ -43,3 +43,38 @@ def test_until_takes_every_stage_and_runs_only_what_it_needs():
                                                                    "media_shards"]
     assert _until_selection(d, corpus, "packed_shards") is None  # the whole corpus job, as dvc.yaml uses it
     assert _until_selection(d, ("dataset_version",), "dataset_splits") is None
+
+
+def test_spot_check_samples_what_a_rule_removed_deterministically(tmp_path, capsys):
+    """Removed documents joined with the text their stage saw, the same sample on every call, a rule
+    group matching its rules, and the kept side from the split output."""
+    import pyarrow as pa
+
+    from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE
+    from platform_assets.parquet_parts import TableSink
+    from platform_assets.schema import DOCUMENTS_SCHEMA
+    from platform_assets.spot_checks import spot_check, to_markdown
+    from platform_assets.storage import Storage
+
+    storage = Storage(str(tmp_path / "out"))
+    rows = [{"id": f"d{i}", "source": "web", "text": f"document {i} | with a pipe", "modality": "text", "uri": f"u{i}",
+             "license": None, "meta": None, "ingested_at": None, "media": None} for i in range(30)]
+    with TableSink(storage, "raw_documents/web", DOCUMENTS_SCHEMA, DEFAULT_IO) as sink:
+        sink.write(pa.Table.from_pylist(rows, schema=DOCUMENTS_SCHEMA))
+    removed = pa.table({"id": [f"d{i}" for i in range(20)],
+                        "rule": ["gopher_quality.stop_words"] * 10 + ["c4.curly_bracket"] * 10,
+                        "value": [f"{i} < 2" for i in range(20)], "bytes": [10] * 20})
+    with storage.staged_dir("cleaned_documents/web") as staged:
+        with staged.open_output(EXCLUSIONS_FILE) as f:
+            import pyarrow.parquet as pq
+
+            pq.write_table(removed, f)
+    sample = spot_check(storage, "gopher_quality", n=4)
+    assert len(sample) == 4 and {c.rule for c in sample} == {"gopher_quality.stop_words"}
+    assert sample == spot_check(storage, "gopher_quality", n=4)  # deterministic
+    assert sample != spot_check(storage, "gopher_quality", n=4, seed=1)  # another seed, another sample
+    assert all(c.excerpt.startswith("document ") and c.value.endswith("< 2") for c in sample)
+    per_rule = spot_check(storage, n=10, per_rule=2)
+    assert [c.rule for c in per_rule] == ["c4.curly_bracket"] * 2 + ["gopher_quality.stop_words"] * 2
+    assert "\\| with a pipe" in to_markdown(sample)  # the table survives a pipe in the text
+    assert spot_check(storage, "gopher_quality.stop_words_typo") == []

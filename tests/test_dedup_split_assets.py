@@ -159,6 +159,9 @@ def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
         2,
     )
     assert md["cluster_size_chart"].value.startswith("![clusters by size")
+    # spot checks: removed documents of each rule with their cleaned text
+    spot = md["spot_checks"].value
+    assert "| exact_duplicate |" in spot and "| near_duplicate |" in spot and spot.count("\n| `") >= 4
     per_source = {r.data["source"]: r.data["removed"] for r in md["removed_per_source"].value.records}
     assert per_source == {"forum": 2, "web": 2}
     sp = result.asset_materializations_for_node("dataset_splits")[0].metadata

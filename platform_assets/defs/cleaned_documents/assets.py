@@ -4,11 +4,13 @@ import dagster as dg
 
 from platform_assets.charts import bar_chart_markdown
 from platform_assets.cleaning.stage import clean_output
+from platform_assets.contracts import EXCLUSIONS_FILE, PART_GLOB
 from platform_assets.defs.cleaned_documents.checks import CLEANING_CHECKS, evaluate_cleaning_checks
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.spot_checks import spot_check, to_markdown
 
 
 @dg.asset(
@@ -45,5 +47,9 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
         "pii_redactions": counts_table({k.removeprefix("pii."): v for k, v in counters.items()
                                         if k.startswith("pii.") and k != "pii.docs_with_pii"}, "type"),
     }
+    # what each rule removed, 3 documents a rule with the value and the raw text: a spot check in the UI
+    sample = spot_check(ctx.storage, n=60, per_rule=3, stages=("cleaning_exclusions",), views={
+        "raw_documents": (in_rel, PART_GLOB), "cleaning_exclusions": (ctx.rel, EXCLUSIONS_FILE)})
+    metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
     checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel)
     return stage_result(ctx, stage, metadata, checks, preview=["id", "lang", "lang_score", "text"])

@@ -4,12 +4,13 @@ import dagster as dg
 import pyarrow.compute as pc
 
 from platform_assets.charts import bar_chart_markdown
-from platform_assets.contracts import DUPLICATES_FILE, MANIFEST_FILE, SIGNATURES_FILE
+from platform_assets.contracts import DUPLICATES_FILE, EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB, SIGNATURES_FILE
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
 from platform_assets.defs.metadata import arrow_table, counts_table
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.spot_checks import spot_check, to_markdown
 
 UPSTREAM = "cleaned_documents"
 
@@ -67,4 +68,8 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
         "duplicates_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{DUPLICATES_FILE}")),
         "signatures_uri": dg.MetadataValue.path(storage.uri(f"{rel}/{SIGNATURES_FILE}")),
     }
+    # 3 removed documents a rule, with the cleaned text dedup compared: a spot check in the UI
+    sample = spot_check(storage, n=30, per_rule=3, stages=("dedup_exclusions",), views={
+        "cleaned_documents": (UPSTREAM, f"*/{PART_GLOB}"), "dedup_exclusions": (rel, EXCLUSIONS_FILE)})
+    metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
     return stage_result(ctx, stage, metadata, evaluate_dedup_checks(storage, rel, stage, cfg.dedup))
