@@ -12,8 +12,8 @@ import pyarrow.fs as pafs
 
 from platform_assets.contracts import MANIFEST_FILE, SHARD_INDEX_FILE
 from platform_assets.media_shards.formats import REGISTRY, MediaRecord
-from platform_assets.packing.shard_index import index_bytes
-from platform_assets.storage import Storage, file_sha256, list_files, resolve_filesystem
+from platform_assets.packing.shard_index import fs_and_path, index_bytes, read_index_json
+from platform_assets.storage import Storage, file_sha256, list_files
 
 __all__ = ["INDEX_KIND", "MediaIndexError", "format_dirs", "index_bytes", "iter_media_samples", "load_index",
            "sample_ids", "verify_format_dir", "verify_media_shards"]
@@ -26,23 +26,9 @@ class MediaIndexError(ValueError):
     """An index that is missing, unreadable, or of a version this code does not read."""
 
 
-def _fs_and_path(format_dir: str, fs: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
-    return (fs, str(format_dir).rstrip("/")) if fs is not None else resolve_filesystem(str(format_dir))
-
-
 def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
     """A format directory's index.json, checked for the keys readers rely on and a known major version."""
-    fs, base = _fs_and_path(format_dir, fs)
-    path = f"{base}/{SHARD_INDEX_FILE}"
-    try:
-        with fs.open_input_stream(path, compression=None) as f:
-            index = json.loads(f.read())
-    except FileNotFoundError as e:
-        raise MediaIndexError(f"{path}: no index (not a media shard format directory)") from e
-    except json.JSONDecodeError as e:
-        raise MediaIndexError(f"{path}: not valid JSON ({e})") from e
-    if missing := [k for k in REQUIRED_KEYS if k not in index]:
-        raise MediaIndexError(f"{path}: missing keys {missing}")
+    index, path = read_index_json(format_dir, fs, REQUIRED_KEYS, MediaIndexError, "media shard format")
     if index["kind"] != INDEX_KIND:
         raise MediaIndexError(f"{path}: kind {index['kind']!r}, not a media shard index")
     fmt = REGISTRY.get(index["format"])
@@ -73,7 +59,7 @@ def verify_format_dir(format_dir: str, fs: pafs.FileSystem | None = None) -> lis
     """Every problem of one format directory (empty: intact): each listed file's size and sha256, the
     samples in each file against its entry, the index's own sums, unlisted files, and index.json
     against the enclosing output's `_manifest.json` when there is one."""
-    fs, base = _fs_and_path(format_dir, fs)
+    fs, base = fs_and_path(format_dir, fs)
     try:
         index = load_index(base, fs)
     except MediaIndexError as e:
@@ -148,7 +134,7 @@ def iter_media_samples(format_dir: str, fs: pafs.FileSystem | None = None, split
                        source: str | None = None) -> Iterator[MediaRecord]:
     """The samples of a format directory in index order (sets by (split, source), shards by number),
     optionally of one split and/or source; one shard file open at a time."""
-    fs, base = _fs_and_path(format_dir, fs)
+    fs, base = fs_and_path(format_dir, fs)
     index = load_index(base, fs)
     fmt = REGISTRY[index["format"]]
     for entry, shard in _shards(index):
@@ -158,7 +144,7 @@ def iter_media_samples(format_dir: str, fs: pafs.FileSystem | None = None, split
 
 def sample_ids(format_dir: str, fs: pafs.FileSystem | None = None) -> list[tuple[str, str]]:
     """(shard name, document id) of every sample in order, read without the media bytes."""
-    fs, base = _fs_and_path(format_dir, fs)
+    fs, base = fs_and_path(format_dir, fs)
     index = load_index(base, fs)
     fmt = REGISTRY[index["format"]]
     return [(shard["name"], i) for _, shard in _shards(index)

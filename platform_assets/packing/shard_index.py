@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 
 import pyarrow.fs as pafs
@@ -27,6 +27,7 @@ __all__ = [  # the samples model is re-exported: readers of a shard set import i
     "index_bytes", "iter_shard_entries", "load_index", "read_shard_set", "verify_shards",
 ]
 INDEX_NAME = SHARD_INDEX_FILE
+REQUIRED_KEYS = ("format", "format_version", "seq_len", "token_dtype", "has_loss_mask", "sets")
 _HASH_CHUNK = 8 * 2**20
 
 
@@ -36,27 +37,34 @@ def index_bytes(index: dict) -> bytes:
     return json.dumps(index, indent=1, sort_keys=True).encode()
 
 
-def _fs_and_path(format_dir: str, fs: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+def fs_and_path(format_dir: str, fs: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
     if fs is not None:
         return fs, str(format_dir).rstrip("/")
     return resolve_filesystem(str(format_dir))
 
 
-def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
-    """A format directory's `index.json`, checked for the keys a reader relies on."""
-    fs, base = _fs_and_path(format_dir, fs)
+def read_index_json(format_dir: str, fs: pafs.FileSystem | None, required: Sequence[str],
+                    error: type[Exception], what: str) -> tuple[dict, str]:
+    """(the parsed `index.json` of a format directory, its path), checked for the `required` keys;
+    problems raise `error` naming the path (`what`: the kind of directory expected). Token and media
+    shard sets both read their indexes through this."""
+    fs, base = fs_and_path(format_dir, fs)
     path = f"{base}/{INDEX_NAME}"
     try:
         with fs.open_input_stream(path, compression=None) as f:
             index = json.loads(f.read())
     except FileNotFoundError as e:
-        raise ShardSetError(f"{path}: no index (not a packed shard format directory)") from e
+        raise error(f"{path}: no index (not a {what} directory)") from e
     except json.JSONDecodeError as e:
-        raise ShardSetError(f"{path}: not valid JSON ({e})") from e
-    missing = [k for k in ("format", "format_version", "seq_len", "token_dtype", "has_loss_mask", "sets")
-               if k not in index]
-    if missing:
-        raise ShardSetError(f"{path}: missing keys {missing}")
+        raise error(f"{path}: not valid JSON ({e})") from e
+    if missing := [k for k in required if k not in index]:
+        raise error(f"{path}: missing keys {missing}")
+    return index, path
+
+
+def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
+    """A format directory's `index.json`, checked for the keys a reader relies on."""
+    index, path = read_index_json(format_dir, fs, REQUIRED_KEYS, ShardSetError, "packed shard format")
     fmt = REGISTRY.get(index["format"])
     if fmt is None:
         raise ShardSetError(f"{path}: unknown format {index['format']!r}, expected one of {format_names()}")
@@ -95,7 +103,7 @@ def verify_shards(format_dir: str, fs: pafs.FileSystem | None = None) -> list[st
     output's `_manifest.json` is there -- checks `index.json` itself against it, so a flipped byte
     anywhere in the directory is reported.
     """
-    fs, base = _fs_and_path(format_dir, fs)
+    fs, base = fs_and_path(format_dir, fs)
     try:
         index = load_index(base, fs)
     except ShardSetError as e:
@@ -161,7 +169,7 @@ def _check_against_manifest(fs: pafs.FileSystem, base: str) -> list[str]:
 # -- reading ----------------------------------------------------------------------------------------
 def read_shard_set(format_dir: str, fs: pafs.FileSystem | None = None) -> Iterator[tuple[dict, dict, ShardSamples]]:
     """(set, shard, samples) for every shard of a format directory, in index order."""
-    fs, base = _fs_and_path(format_dir, fs)
+    fs, base = fs_and_path(format_dir, fs)
     index = load_index(base, fs)
     read = REGISTRY[index["format"]].read
     for entry, shard in iter_shard_entries(index):
