@@ -148,15 +148,18 @@ def _parquet_paths(columns: Sequence[str]) -> list[str]:
 
 
 def read_batches(
-    storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows
+    storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows,
+    pre_buffer: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of an output directory's parts, in part order. Documents written with schema v1
     and v2 read as v3 (`schema.upgrade_documents`); a newer documents schema is refused with its path.
     A column may name fields of the media items (`media.sha256`, `media.phash`): the batch then has a
-    `media` column whose items hold only those fields (older schemas: every field, upgraded)."""
+    `media` column whose items hold only those fields (older schemas: every field, upgraded).
+    `pre_buffer=False` reads one row group at a time instead of fetching the selected column chunks of
+    the whole part first: on a 237 MB part of images, 79 MiB of Arrow memory instead of 280 MiB."""
     for path in part_files(storage, rel_dir):
         with storage.fs.open_input_file(path) as f:
-            pf = pq.ParquetFile(f)
+            pf = pq.ParquetFile(f, pre_buffer=pre_buffer)
             if schema_tag(pf.schema_arrow) not in UPGRADABLE_TAGS:
                 check_documents_version(pf.schema_arrow, path)
                 wanted = _parquet_paths(columns) if columns else None

@@ -19,7 +19,7 @@ at 16 MiB). Whisper features cost ~65 CPU-ms per clip on top (torch).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +42,7 @@ from platform_assets.media_shards.index import INDEX_KIND, index_bytes
 from platform_assets.media_shards.samples import REQUIRED_COLUMNS, MediaSample, check_columns, media_samples
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.media_shards.stats import MediaCounts
-from platform_assets.parquet_parts import TableSource, part_files, write_table
-from platform_assets.schema import check_documents_version, upgrade_documents
+from platform_assets.parquet_parts import TableSource, part_files, read_batches, write_table
 from platform_assets.storage import StagedDir, Storage
 
 EXCLUSIONS_SCHEMA = exclusions_schema("media_shards")
@@ -210,20 +209,6 @@ def input_batch_rows(storage: Storage, rel: str, io: IOSettings) -> int:
     return max(1, min(io.batch_rows, int(io.batch_bytes // widest))) if widest else io.batch_rows
 
 
-def read_parts(storage: Storage, rel: str, columns: Sequence[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """`parquet_parts.read_batches` without pre-buffering. ParquetFile's default (pre_buffer=True) fetches
-    the selected column chunks of every row group of the part up front: reading a 237 MB part of images
-    in 17-row batches held 280 MiB in Arrow's pool; with pre_buffer=False, 79 MiB (one 22 MiB row group
-    and its decoding). Older documents schemas are upgraded as there."""
-    for path in part_files(storage, rel):
-        with storage.fs.open_input_file(path) as f:
-            pf = pq.ParquetFile(f, pre_buffer=False)
-            check_documents_version(pf.schema_arrow, path)
-            present = [c for c in columns if c in pf.schema_arrow.names]  # v1 has no `media`: the upgrade adds it
-            for batch in pf.iter_batches(batch_size=batch_rows, columns=present):
-                yield upgrade_documents(batch, path).select(list(columns))
-
-
 PROVENANCE_FILE = "provenance.parquet"  # the same name as the token shards' (packing/provenance.py)
 PROVENANCE_SCHEMA = pa.schema([
     pa.field("document_id", pa.string(), nullable=False),
@@ -293,7 +278,7 @@ def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: Me
     exclusions: list[dict[str, Any]] = []
     with storage.staged_dir(out_rel) as staged, ProvenanceWriter(staged, io.compression) as provenance:
         writer = MediaSetWriter(staged, formats, header, settings, io.batch_bytes)
-        for batch in read_parts(storage, in_rel, REQUIRED_COLUMNS, batch_rows):
+        for batch in read_batches(storage, in_rel, REQUIRED_COLUMNS, batch_rows, pre_buffer=False):
             got = media_samples(batch, header.audio_features, uri_bases)
             counts.text_documents += got.text_rows
             counts.extra_items += got.extra_items
