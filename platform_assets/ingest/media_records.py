@@ -15,9 +15,9 @@ itself, and every later stage reads bytes from Parquet rather than from wherever
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import filetype
 import orjson
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 _EXTENSION_ALIASES = {"jpeg": "jpg", "jpe": "jpg", "tiff": "tif", "oga": "ogg", "opus": "ogg", "wave": "wav"}
 _KNOWN_EXTENSIONS = {t.extension for t in filetype.TYPES}
 _ocr_warned = False
+T = TypeVar("T")
 UNEXPECTED = {"image": Q.CORRUPT_IMAGE, "pdf": Q.CORRUPT_PDF, "audio": Q.CORRUPT_AUDIO}
 
 
@@ -106,27 +107,33 @@ class MediaReader:
         meta.setdefault("file_bytes", len(data))
         meta.setdefault("source_mime", mime)
         mtime = self._ctx.mtime(mtime_s)
-        try:
-            if kind == "pdf":
-                yield from self._pdf_pages(data, file_uri, doc_uri, text, meta, mtime, page)
-                return
-            if kind == "image":
-                from platform_assets.media.images import prepare_image
-                prepared = prepare_image(data, self.settings.images)
-            else:
-                from platform_assets.media.audio import prepare_audio
-                prepared = prepare_audio(data, self.settings.audio)
-        except MediaRejected as rej:
-            self._reject(doc_uri, rej.reason, f"{file_uri}: {rej.detail}", data)
+        if kind == "pdf":
+            yield from self._pdf_pages(data, file_uri, doc_uri, text, meta, mtime, page)
             return
+        if kind == "image":
+            from platform_assets.media.images import prepare_image as prepare
+            settings: Any = self.settings.images
+        else:
+            from platform_assets.media.audio import prepare_audio as prepare
+            settings = self.settings.audio
+        prepared = self._attempt(lambda: prepare(data, settings), doc_uri, file_uri, kind, data)
+        if prepared is not None:
+            yield Record(text, doc_uri, meta_text(meta), mtime, modality_of(kind).value, (prepared.item(file_uri),))
+
+    def _attempt(self, call: Callable[[], T], where: str, what: str, kind: str, data: bytes | None = None) -> T | None:
+        """`call()` of a media room, or None after one quarantine row for `where` (the detail starts with
+        `what`, the file or page): the room's reason for a MediaRejected, `corrupt_<kind>` naming the
+        exception for anything a decoder raises that the room does not map, so odd bytes cost that one
+        file (or page), never the rest of the source."""
+        try:
+            return call()
+        except MediaRejected as rej:
+            self._reject(where, rej.reason, f"{what}: {rej.detail}", data)
         except (RuntimeError, MemoryError):
             raise  # a misconfigured process (see images.py) or the machine: not this file's fault
         except Exception as err:  # noqa: BLE001 - a decoder's surprise is this file's problem, not the run's
-            # The rooms map every failure they know to a reason; anything else a decoder raises on odd bytes
-            # quarantines this one file (named, with the exception) instead of ending the whole source.
-            self._reject(doc_uri, UNEXPECTED[kind], f"{file_uri}: {type(err).__name__}: {err}", data)
-            return
-        yield Record(text, doc_uri, meta_text(meta), mtime, modality_of(kind).value, (prepared.item(file_uri),))
+            self._reject(where, UNEXPECTED[kind], f"{what}: {type(err).__name__}: {err}", data)
+        return None
 
     def _pdf_pages(self, data: bytes, file_uri: str, doc_uri: str, text: str, meta: dict[str, Any],
                    mtime: int | None, page: int | None) -> Iterator[Record]:
@@ -137,15 +144,8 @@ class MediaReader:
         self._warn_once_without_ocr(ocr_unavailable_reason)
         if text:
             meta.setdefault("row_text", text)
-        try:
-            doc = open_pdf(data, self.settings.pdf)
-        except MediaRejected as rej:
-            self._reject(doc_uri, rej.reason, f"{file_uri}: {rej.detail}", data)
-            return
-        except (RuntimeError, MemoryError):
-            raise
-        except Exception as err:  # noqa: BLE001 - as in documents(): this file, not the run
-            self._reject(doc_uri, Q.CORRUPT_PDF, f"{file_uri}: {type(err).__name__}: {err}", data)
+        doc = self._attempt(lambda: open_pdf(data, self.settings.pdf), doc_uri, file_uri, "pdf", data)
+        if doc is None:
             return
         with doc:
             if page is None:
@@ -158,15 +158,8 @@ class MediaReader:
             for index in indices:
                 page_uri = f"{file_uri}#page={index}"
                 where = doc_uri if page is not None else page_uri
-                try:
-                    got = doc.page(index)
-                except MediaRejected as rej:
-                    self._reject(where, rej.reason, f"{page_uri}: {rej.detail}")
-                    continue
-                except (RuntimeError, MemoryError):
-                    raise
-                except Exception as err:  # noqa: BLE001 - one damaged page, not the document or the run
-                    self._reject(where, Q.CORRUPT_PDF, f"{page_uri}: {type(err).__name__}: {err}")
+                got = self._attempt(lambda i=index: doc.page(i), where, page_uri, "pdf")
+                if got is None:
                     continue
                 yield Record(got.text, where, meta_text(meta), mtime, modality_of("pdf").value,
                              (got.image.item(page_uri),))
