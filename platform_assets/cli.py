@@ -181,7 +181,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
     from platform_assets.query import OUTPUT_VIEWS as views
-    from platform_assets.query import connect
+    from platform_assets.query import connect, registered_views
     from platform_assets.storage import Storage
 
     cfg = load_config(_use_config(args.config))
@@ -191,7 +191,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         rel = con.sql(args.sql)
     except duckdb.CatalogException as err:
         # a view whose output does not exist yet: say which asset makes it, not DuckDB's catalog error
-        registered = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        registered = registered_views(con)
         missing = [v for v in views if v not in registered and re.search(rf"\b{v}\b", args.sql)]
         if not missing:
             print(f"query: {str(err).splitlines()[0]} (views: {', '.join(views)})", file=sys.stderr)

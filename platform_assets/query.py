@@ -51,3 +51,8 @@ def connect(storage: Storage, views: dict[str, tuple[str, str]]) -> duckdb.DuckD
         if ds is not None:
             con.register(name, ds)
     return con
+
+
+def registered_views(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The views `connect` registered: the outputs that exist under the root."""
+    return {row[0] for row in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}

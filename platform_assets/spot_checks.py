@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
-
-from platform_assets.query import OUTPUT_VIEWS, connect
+from platform_assets.query import OUTPUT_VIEWS, connect, registered_views
 from platform_assets.storage import Storage
 
 EXCERPT_CHARS = 240
@@ -36,10 +34,6 @@ class SpotCheck:
     excerpt: str
 
 
-def _views(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {row[0] for row in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
-
-
 def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int = 0, source: str | None = None,
                kept: bool = False, stages: tuple[str, ...] = tuple(REMOVALS), per_rule: int | None = None,
                views: dict[str, tuple[str, str]] | None = None) -> list[SpotCheck]:
@@ -48,7 +42,7 @@ def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int
     `per_rule` of each rule; or with `kept` `n` documents of the final split output. `views` narrows
     what is read (one partition's directories); default: every output under the root."""
     con = connect(storage, views or OUTPUT_VIEWS)
-    present = _views(con)
+    present = registered_views(con)
     excerpt = f"regexp_replace(left(d.text, {EXCERPT_CHARS}), '\\s+', ' ', 'g')"
     order = "md5(CAST($seed AS VARCHAR) || d.id)"
     params: dict[str, object] = {"seed": seed, "n": n, "source": source}
@@ -78,7 +72,7 @@ def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int
 def rules_removed(storage: Storage, source: str | None = None) -> dict[str, int]:
     """{rule: documents removed} over the exclusion tables that exist, for choosing what to spot-check."""
     con = connect(storage, OUTPUT_VIEWS)
-    present = _views(con)
+    present = registered_views(con)
     selects = [f"SELECT e.rule, d.source FROM {r} e JOIN {d} d ON d.id = e.id" for r, d in REMOVALS.items()
                if r in present and d in present]
     if not selects:
