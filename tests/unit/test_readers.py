@@ -228,57 +228,6 @@ def test_folder_of_documents(tmp_path, write_config, storage):
     assert result.input_files == 4
 
 
-def test_folder_media_are_sniffed_from_bytes_and_kept_when_enabled(tmp_path, write_config, storage):
-    """Images, PDFs and audio are recognised by their bytes and become documents schema v3 media rows
-    (through the media rooms) where the source enables their kind; a name that disagrees with the
-    bytes (a .png that is a GIF) is quarantined, and other kinds are quarantined naming the type found."""
-    import hashlib
-    import io
-    import wave
-
-    import pymupdf
-    from PIL import Image
-
-    from platform_assets.schema import document_id
-
-    d = tmp_path / "media"
-    d.mkdir()
-    gif = io.BytesIO()
-    Image.new("RGB", (4, 3), (200, 10, 10)).save(gif, format="GIF")
-    (d / "a_cat.gif").write_bytes(gif.getvalue())
-    (d / "e_cat.png").write_bytes(gif.getvalue())  # mislabelled: a GIF
-    pdf = pymupdf.open()
-    pdf.new_page().insert_text((72, 72), "a one-page PDF", fontsize=12)
-    (d / "b_doc.pdf").write_bytes(pdf.tobytes())
-    clip = io.BytesIO()
-    with wave.open(clip, "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\x00\x01" * 1600)
-    (d / "c_clip.wav").write_bytes(clip.getvalue())
-    (d / "d_note.txt").write_text("a caption-free note")
-    cfg = write_config([{"name": "m", "format": "folder", "path": str(d), "media": ["image", "pdf"]}])
-    result = ingest_source(cfg, "m", storage, "raw_documents/m")
-    docs, quarantine = _read_output(tmp_path, "raw_documents/m")
-    assert result.rows == 3 and docs.schema.equals(DOCUMENTS_SCHEMA, check_metadata=True)
-    rows = {r["uri"].rsplit("/", 1)[1]: r for r in docs.to_pylist()}
-    assert {k: r["modality"] for k, r in rows.items()} == {"a_cat.gif": "image", "b_doc.pdf#page=0": "pdf",
-                                                            "d_note.txt": "text"}
-    (image,) = rows["a_cat.gif"]["media"]
-    # the GIF was normalised to an RGB PNG; what the file was stays in the measured fields and meta
-    assert (image["kind"], image["mime"], image["format"], image["mode"]) == ("image", "image/png", "GIF", "P")
-    assert image["sha256"] == hashlib.sha256(image["bytes"]).hexdigest() and image["bytes"] != gif.getvalue()
-    assert rows["a_cat.gif"]["text"] == "" and json.loads(rows["a_cat.gif"]["meta"])["source_mime"] == "image/gif"
-    # a media document's id hashes its bytes: another image at the same place gets another id
-    assert rows["a_cat.gif"]["id"] == document_id("m", "a_cat.gif", "", [image["sha256"]])
-    assert rows["a_cat.gif"]["id"] != document_id("m", "a_cat.gif", "", ["0" * 64])
-    assert "a one-page PDF" in rows["b_doc.pdf#page=0"]["text"]
-    assert rows["d_note.txt"]["media"] is None  # text rows carry no media
-    assert rows["d_note.txt"]["id"] == document_id("m", "d_note.txt", "a caption-free note")  # as in v1
-    reasons = {r["uri"].rsplit("/", 1)[1]: (r["reason"], r["detail"]) for r in quarantine.to_pylist()}
-    assert reasons["c_clip.wav"][0] == "binary_file"
-    assert "audio/x-wav (audio): not among this source's media kinds" in reasons["c_clip.wav"][1]
-    assert reasons["e_cat.png"] == ("media_type_mismatch", f"{d}/e_cat.png: named .png, but the bytes are image/gif")
-
-
 def test_documents_v1_outputs_are_upgraded_on_read_and_newer_ones_refused(tmp_path):
     from platform_assets.schema import DOCUMENTS_V1_TAG, SchemaVersionError, upgrade_documents
 
