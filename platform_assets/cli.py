@@ -25,6 +25,7 @@ import re
 import sys
 from pathlib import Path
 
+from platform_assets.cli_progress import console_progress
 from platform_assets.config import DEFAULT_CONFIG_ENV, REPO_ROOT, ConfigError, load_config
 
 
@@ -73,10 +74,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         instance.add_dynamic_partitions(source_partitions.name, missing)
     definitions = defs()
     per_source = definitions.resolve_job_def("per_source_job")
+    log_file = Path(args.log_file) if args.log_file else Path(os.environ["DAGSTER_HOME"]) / "logs" / RUN_LOG_FILE
+    logs = _run_loggers(args.verbose, log_file)
+    with console_progress(args.progress):
+        failed = _run_jobs(args, definitions, instance, per_source, names, logs)
+    print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`); "
+          f"their events also in {log_file}")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names: list[str], logs: dict) -> list[str]:
+    """The per-source runs, then the global jobs (unless a source failed or --sources was given):
+    the summary table's lines as each finishes; the names of what failed."""
+    import dagster as dg
+
     failed = []
     print(f"{'source':<16} {'status':<8} {'raw':>7} {'quarantined':>12} {'cleaned':>8}  checks")
     only_raw = {"asset_selection": [dg.AssetKey("raw_documents")]} if args.until == "raw_documents" else {}
-    logs = _console_logs(args.verbose)
     for name in names:
         result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False,
                                                run_config=logs, **only_raw)
@@ -93,11 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("deduplication and later stages skipped: " + ("some sources failed" if failed else "--sources given"))
     else:
         failed += _run_global_jobs(definitions, instance, args.until, logs)
-    print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`)")
-    if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return failed
 
 
 # The global jobs in order and the assets each runs (for --until; the summary line shows what ran).
@@ -136,11 +149,15 @@ def _summary(job: str, result) -> str:
             f"tokens {m('training_run', 'tokens_seen')}")
 
 
-def _console_logs(verbose: bool) -> dict:
-    """Run config for Dagster's console logger: every event still goes to the instance (the UI's run
-    view), but the terminal shows warnings and errors only, not ~280 DEBUG lines between the summary
-    lines; `--verbose` shows them all."""
-    return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "WARNING"}}}}
+RUN_LOG_FILE = "platform-run.log"
+
+
+def _run_loggers(verbose: bool, log_file: Path) -> dict:
+    """Run config for the loggers: every event still goes to the instance (the UI's run view) and to
+    `log_file`, but the terminal shows warnings and errors only, not ~280 DEBUG lines between the
+    summary lines; `--verbose` shows them all."""
+    return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "WARNING"}},
+                        "run_log_file": {"config": {"path": str(log_file)}}}}
 
 
 def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None) -> list[str]:
@@ -269,7 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("--sources", help="comma-separated subset of the configured sources")
             p.add_argument("--verbose", action="store_true",
-                           help="print Dagster's event stream (always recorded on the instance, shown in the UI)")
+                           help="print Dagster's event stream (always recorded on the instance, shown in the UI, "
+                                "and appended to the log file)")
+            p.add_argument("--log-file", help=f"where the runs' events are appended (default: "
+                                              f"$DAGSTER_HOME/logs/{RUN_LOG_FILE})")
+            p.add_argument("--progress", choices=("auto", "live", "plain", "off"), default="auto",
+                           help="progress of running steps: live bars in a terminal, plain lines every "
+                                "10 s otherwise (auto)")
             p.add_argument("--until", choices=UNTIL_CHOICES, default="training_run",
                            help="last stage to materialize, with what it needs (packed_shards: the whole corpus "
                                 "job, media shards included; dvc.yaml's stages stop there: DVC records the version "

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform_assets.contracts import DEFAULT_IO, PART_GLOB, PART_PREFIX, IOSettings, schema_tag
+from platform_assets.progress import tracked_batches
 from platform_assets.schema import UPGRADABLE_TAGS, check_documents_version, upgrade_documents
 from platform_assets.storage import StagedDir, Storage
 
@@ -174,6 +175,15 @@ def read_batches(
                 yield batch.select(top) if top else batch
 
 
+def output_rows(storage: Storage, rel_dir: str) -> int:
+    """Rows of an output's parts, from their footers."""
+    rows = 0
+    for path in part_files(storage, rel_dir):
+        with storage.fs.open_input_file(path) as f:
+            rows += pq.ParquetFile(f).metadata.num_rows
+    return rows
+
+
 def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
     """The schema of an output's parts (an older documents schema as its upgrade)."""
     files = part_files(storage, rel_dir)
@@ -204,6 +214,15 @@ class TableSource:
 
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         return read_batches(self.storage, self.rel, columns, self.io.batch_rows)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of every part, from the Parquet footers (no column data is read): a progress total."""
+        return output_rows(self.storage, self.rel)
+
+    def tracked_batches(self, phase: str, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """`batches`, reported as progress of `phase` (rows of the whole output as the total)."""
+        return tracked_batches(self.batches(columns), phase, self.num_rows)
 
     def table(self, columns: Sequence[str]) -> pa.Table | None:
         """A few columns of every row at once (ids, split keys): for columns small per row only."""

@@ -52,7 +52,7 @@ def clean_output(
     out_schema = pipeline.output_schema(schema)
     excluded = []
     with TableSink(storage, out_rel, out_schema, io) as sink:
-        for batch in source.batches():
+        for batch in source.tracked_batches("clean"):
             result = pipeline.process_batch(batch)
             sink.write(result.kept)
             if result.exclusions.num_rows:

@@ -32,6 +32,7 @@ from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.parquet_parts import TableSink, TableSource
+from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
 
 __all__ = ["DUPLICATES_FILE", "EXCLUSIONS_FILE", "SIGNATURES_FILE", "DedupStageResult", "deduplicate_outputs"]
@@ -114,7 +115,9 @@ def deduplicate_outputs(
 
     dedup = Deduplicator(settings, accepted)
     rows_in = 0
-    for batch in new_batches(_input_columns(schema, settings)):
+    # in incremental mode the rows seen before are skipped, so the footers' total would overstate
+    total = None if seen is not None else sum(i.num_rows for i in inputs)
+    for batch in tracked_batches(new_batches(_input_columns(schema, settings)), "signatures", total):
         rows_in += batch.num_rows
         dedup.add_batch(batch)
     result = dedup.finish()
@@ -126,7 +129,7 @@ def deduplicate_outputs(
             for batch in previous.batches():
                 carried += batch.num_rows
                 sink.write(batch)
-        for batch in new_batches(None):
+        for batch in tracked_batches(new_batches(None), "write", None if seen is not None else rows_in):
             sink.write(result.filter_batch(batch))
         exclusions = result.exclusions()
         if previous_exclusions is not None:

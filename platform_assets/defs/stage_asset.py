@@ -17,6 +17,7 @@ import dagster as dg
 from platform_assets.config import ConfigError, PipelineConfig
 from platform_assets.contracts import StageResult
 from platform_assets.defs.metadata import markdown_preview, output_metadata
+from platform_assets.defs.progress_log import run_log_progress
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.ingest.readers.huggingface import DatasetLoadError
 from platform_assets.layout import asset_dir
@@ -61,7 +62,8 @@ def failures_as_dagster(asset: str) -> Iterator[None]:
 
 
 def run_stage(asset: str, stage: Callable[[], R]) -> R:
-    with failures_as_dagster(asset):
+    """Call the stage with its errors mapped and its progress reported into the run's log."""
+    with failures_as_dagster(asset), run_log_progress(asset):
         return stage()
 
 

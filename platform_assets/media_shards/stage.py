@@ -43,6 +43,7 @@ from platform_assets.media_shards.samples import REQUIRED_COLUMNS, MediaSample, 
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.media_shards.stats import MediaCounts
 from platform_assets.parquet_parts import TableSource, part_files, read_batches, write_table
+from platform_assets.progress import tracked_batches
 from platform_assets.storage import StagedDir, Storage
 
 EXCLUSIONS_SCHEMA = exclusions_schema("media_shards")
@@ -278,7 +279,8 @@ def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: Me
     exclusions: list[dict[str, Any]] = []
     with storage.staged_dir(out_rel) as staged, ProvenanceWriter(staged, io.compression) as provenance:
         writer = MediaSetWriter(staged, formats, header, settings, io.batch_bytes)
-        for batch in read_batches(storage, in_rel, REQUIRED_COLUMNS, batch_rows, pre_buffer=False):
+        batches = read_batches(storage, in_rel, REQUIRED_COLUMNS, batch_rows, pre_buffer=False)
+        for batch in tracked_batches(batches, "shard", source.num_rows):
             got = media_samples(batch, header.audio_features, uri_bases)
             counts.text_documents += got.text_rows
             counts.extra_items += got.extra_items

@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.parquet_parts import read_batches
+from platform_assets.parquet_parts import output_rows, read_batches
+from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
 
 
@@ -62,7 +63,8 @@ def survey(storage: Storage, rel: str, batch_rows: int, keep_ids: bool) -> Surve
     keys: dict[tuple[str, str], int] = {}
     row_sets, lengths, loss, ids, chunks = [], [], [], [], []
     rows = 0
-    for batch in read_batches(storage, rel, columns, batch_rows):
+    for batch in tracked_batches(read_batches(storage, rel, columns, batch_rows), "survey", output_rows(storage, rel),
+                                 "rows"):
         _no_nulls(batch, columns, rows)
         split, source = batch.column("split").cast(pa.string()), batch.column("source").cast(pa.string())
         encoded = pc.dictionary_encode(pc.binary_join_element_wise(split, source, "\x00"))

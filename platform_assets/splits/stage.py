@@ -50,7 +50,7 @@ def split_outputs(
         else schema
     offset = 0
     with TableSink(storage, out_rel, out_schema, io) as sink:
-        for batch in source.batches():
+        for batch in source.tracked_batches("split"):
             split = assignment.slice(offset, batch.num_rows)
             offset += batch.num_rows
             table = pa.Table.from_batches([batch])
@@ -72,7 +72,7 @@ def check_split_leakage(
     names = source.schema.names if source.schema is not None else []
     columns = ["id", "text", "split", *(["modality"] if "modality" in names else []),
                *(MEDIA_KEY_COLUMNS if "media" in names else ())]
-    for batch in source.batches(columns):
+    for batch in source.tracked_batches("leak check", columns):
         checker.add_batch(batch)
     return checker.finish()
 

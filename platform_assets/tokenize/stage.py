@@ -293,7 +293,7 @@ def tokenize_outputs(
     with TableSink(storage, out_rel, encoder.schema, io) as sink:
         writers = _SetWriters(sink, rows_per_batch)
         source = TableSource(storage, splits_rel, io)
-        for batch in source.batches(_with_modality(source, columns)):
+        for batch in source.tracked_batches("tokenize", _with_modality(source, columns)):
             batch = text_documents(batch)
             if not batch.num_rows:
                 continue
