@@ -31,8 +31,8 @@ class PlainProgress:
                 self._last.pop(s.label, None)
                 if s.elapsed_s < self.interval_s:
                     return
-            elif s.elapsed_s - self._last.get(s.label, 0.0) < self.interval_s:
-                return
+            elif s.elapsed_s - self._last.get(s.label, 0.0) < self.interval_s or s.fraction == 1.0:
+                return  # (all done but not finished yet: the final line follows)
             else:
                 self._last[s.label] = s.elapsed_s
             print(format_line(s), file=self.out, flush=True)

@@ -8,6 +8,7 @@ columns, its own counters); it never redefines them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, fields
@@ -49,6 +50,14 @@ class IOSettings(StrictModel):
     """Start a new part file once this many uncompressed bytes went into the current one."""
     part_max_rows: Annotated[int, Field(gt=0)] = 1_000_000
     """... or this many rows: a folder of a million small files must not become a million parts."""
+    workers: Annotated[int, Field(gt=0)] | None = None
+    """Processes for CPU-bound per-batch work (cleaning); None: the cores this process may use. The
+    output is byte-identical for any number (batches are cleaned independently, written in order)."""
+
+    def worker_count(self) -> int:
+        if self.workers is not None:
+            return self.workers
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 DEFAULT_IO = IOSettings()

@@ -42,7 +42,7 @@ from platform_assets.media_shards.index import INDEX_KIND, index_bytes
 from platform_assets.media_shards.samples import REQUIRED_COLUMNS, MediaSample, check_columns, media_samples
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.media_shards.stats import MediaCounts
-from platform_assets.parquet_parts import TableSource, part_files, read_batches, write_table
+from platform_assets.parquet_parts import TableSource, input_batch_rows, read_batches, write_table
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import StagedDir, Storage
 
@@ -194,20 +194,6 @@ def _totals(parts: list[dict[str, Any]]) -> dict[str, Any]:
     modalities = sum((Counter(p["modalities"]) for p in parts), Counter())
     return {"samples": sum(p["samples"] for p in parts), "bytes": sum(p["bytes"] for p in parts),
             "payload_bytes": sum(p["payload_bytes"] for p in parts), "modalities": dict(sorted(modalities.items()))}
-
-
-def input_batch_rows(storage: Storage, rel: str, io: IOSettings) -> int:
-    """Rows per input batch so that a batch holds ~`io.batch_bytes`: from the widest part's average row
-    (uncompressed bytes in its metadata), capped at `io.batch_rows`. A part of 100 kB images reads 671
-    rows at a time at the default 64 MiB; a text part reads the usual 8192."""
-    widest = 0.0
-    for path in part_files(storage, rel):
-        with storage.fs.open_input_file(path) as f:
-            meta = pq.ParquetFile(f).metadata
-        if meta.num_rows:
-            size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            widest = max(widest, size / meta.num_rows)
-    return max(1, min(io.batch_rows, int(io.batch_bytes // widest))) if widest else io.batch_rows
 
 
 PROVENANCE_FILE = "provenance.parquet"  # the same name as the token shards' (packing/provenance.py)
