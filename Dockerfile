@@ -5,6 +5,9 @@ FROM python:3.11-slim
 ARG TORCH_VERSION=2.13.0
 ARG DAGSTER_POSTGRES_VERSION=0.29.27
 ARG DVC_VERSION=3.67.1
+# extras of the project to install: "k8s" for the run pods of dagster_home/k8s/dagster.yaml
+#   docker build --build-arg EXTRAS=k8s -t registry.example/platform:1 .
+ARG EXTRAS=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -40,7 +43,7 @@ WORKDIR /opt/platform
 COPY pyproject.toml README.md ./
 RUN mkdir -p platform_assets training \
     && touch platform_assets/__init__.py training/__init__.py \
-    && pip install -c /tmp/torch-constraint.txt . "dagster-postgres==${DAGSTER_POSTGRES_VERSION}" \
+    && pip install -c /tmp/torch-constraint.txt ".${EXTRAS:+[$EXTRAS]}" "dagster-postgres==${DAGSTER_POSTGRES_VERSION}" \
     && pip uninstall -y platform-assets \
     && rm -rf platform_assets training build ./*.egg-info
 

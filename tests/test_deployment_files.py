@@ -4,7 +4,9 @@
   then the services, ports, healthchecks and dependencies the stack relies on;
 - dagster_home/compose/dagster.yaml: Dagster's own instance-config validation, the config of every
   class it names, and the pool limits as a real (SQLite-backed) instance computes them;
-- dagster_home/dagster.yaml: the local default, validated the same way.
+- dagster_home/dagster.yaml: the local default, validated the same way;
+- dagster_home/k8s/dagster.yaml (one pod per run) with dagster-k8s's launcher schema, configs/cluster.yaml
+  (S3 as the shared storage) with the pipeline's, configs/run_config/multiprocess.yaml with the jobs'.
 No Docker engine, Postgres or MinIO is needed; the whole module runs in a few seconds.
 """
 
@@ -160,7 +162,7 @@ def test_dockerfile_and_dockerignore() -> None:
     text = DOCKERFILE.read_text()
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
     torch_at = text.index("--index-url https://download.pytorch.org/whl/cpu")
-    project_at = text.index("pip install -c /tmp/torch-constraint.txt .")
+    project_at = text.index('pip install -c /tmp/torch-constraint.txt ".${EXTRAS:+[$EXTRAS]}"')  # ., or .[k8s]
     assert torch_at < project_at, "the CPU torch wheel must be installed before the project"
     assert "TORCH_VERSION=2.13.0" in text
     assert "python -m venv /opt/dvc-venv" in text and '"dvc[s3]' in text
@@ -283,3 +285,50 @@ def test_local_instance_config_is_valid() -> None:
     for section in ("run_coordinator", "run_launcher", "compute_logs"):
         if section in config:
             _validate_class_config(config[section])
+
+
+# --- a cluster: dagster_home/k8s, configs/cluster.yaml, configs/run_config --------------------------
+
+K8S_HOME = REPO / "dagster_home" / "k8s"
+
+
+def test_k8s_instance_config_is_valid(compose_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("dagster_k8s", reason="dagster-k8s is in the test extra")
+    monkeypatch.setenv("PLATFORM_IMAGE", "registry.example/platform:1")
+    monkeypatch.setenv("DAGSTER_K8S_NAMESPACE", "platform")
+    config = _validate_instance_yaml(K8S_HOME)
+    launcher = config["run_launcher"]
+    assert _validate_class_config(launcher).__name__ == "K8sRunLauncher"
+    assert launcher["config"]["job_image"] == {"env": "PLATFORM_IMAGE"}
+    assert launcher["config"]["env_config_maps"] == ["platform-env"]
+    resources = launcher["config"]["run_k8s_config"]["container_config"]["resources"]
+    # a pod holds one source's ingest + cleaning under the pipeline's 2 GB budget
+    assert resources["requests"]["cpu"] == "2" and resources["limits"]["memory"] == "4Gi"
+    for section in ("run_coordinator", "compute_logs"):
+        _validate_class_config(config[section])
+    runs = config["concurrency"]["runs"]
+    assert runs["tag_concurrency_limits"][0]["limit"] < runs["max_concurrent_runs"]
+
+
+def test_cluster_pipeline_config_keeps_every_output_on_s3() -> None:
+    from platform_assets.config import load_config
+
+    cfg = load_config(str(REPO / "configs" / "cluster.yaml"))
+    assert cfg.storage_root.startswith("s3://")
+    assert all(src.path.startswith("s3://") for src in cfg.sources)
+    assert cfg.io.workers is None and cfg.io.worker_count() >= 1
+
+
+def test_multiprocess_run_config_is_valid_for_every_job() -> None:
+    import dagster as dg
+
+    from platform_assets.definitions import defs
+
+    definitions = defs()
+    run_config = yaml.safe_load((REPO / "configs" / "run_config" / "multiprocess.yaml").read_text())
+    assert run_config["execution"]["config"]["multiprocess"]["max_concurrent"] == 2
+    for job in ("per_source_job", "corpus_job", "release_job", "training_job"):
+        dg.validate_run_config(definitions.resolve_job_def(job), run_config)
+    bad = {"execution": {"config": {"multiprocess": {"max_concurrent": "two"}}}}
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        dg.validate_run_config(definitions.resolve_job_def("corpus_job"), bad)
