@@ -145,7 +145,8 @@ def _summary(job: str, result) -> str:
                 f"media samples {m('media_shards', 'samples')}")
     if job == "release_job":
         return f"dvc md5 {m('dataset_version', 'dvc_md5')}"
-    return (f"steps {m('training_run', 'steps')}, final loss {m('training_run', 'final_loss')}, "
+    loss = m("training_run", "final_loss")
+    return (f"steps {m('training_run', 'steps')}, final loss {f'{loss:.4f}' if isinstance(loss, float) else loss}, "
             f"tokens {m('training_run', 'tokens_seen')}")
 
 

@@ -1,6 +1,7 @@
 """training_run: the training job on the current dataset version, launched through Dagster Pipes."""
 
 import json
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -47,11 +48,15 @@ def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
     extras = run_extras(settings, Path(cfg.resolve(settings.run_config)), record,
                         Path(cfg.resolve(settings.checkpoint_root)))
     context.log.info(f"training on dataset version {record['md5']}, checkpoints in {extras['checkpoint_dir']}")
-    invocation = pipes_subprocess_client.run(
-        command=torchrun_command(settings), context=context, extras=extras, cwd=str(REPO_ROOT),
-        # the Rust tokenizer and OpenMP would otherwise each start a thread per core in every rank
-        env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
-    )
+    with warnings.catch_warnings():
+        # Dagster's own Pipes client calls one of its preview APIs on every run: a warning the user
+        # can do nothing about, printed between the CLI's summary lines
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        invocation = pipes_subprocess_client.run(
+            command=torchrun_command(settings), context=context, extras=extras, cwd=str(REPO_ROOT),
+            # the Rust tokenizer and OpenMP would otherwise each start a thread per core in every rank
+            env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+        )
     results = invocation.get_results()
     if not results:
         raise dg.Failure("the training job stopped before finishing (a signal); its checkpoint is kept and the next "
