@@ -21,12 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, Counts, exclusions_schema
+from platform_assets.dedup.band_buckets import BandBuckets, BucketedNearDedup, ShingleSpill, SpillDir
 from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
 from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
-from platform_assets.dedup.lsh_index import LshIndex
+from platform_assets.dedup.lsh_index import LshIndex, lsh_shape
 from platform_assets.dedup.minhash import EMPTY, MinHasher
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
 from platform_assets.dedup.settings import DedupSettings
@@ -172,7 +173,18 @@ class Deduplicator:
         self._hashes: list[pa.Array] = []
         self._sigs: list[np.ndarray] = []
         self._n_shingles: list[np.ndarray] = []
-        self._store = ShingleStore() if near.enabled and near.verify == "exact" else None
+        self._store: ShingleStore | ShingleSpill | None = None
+        self._buckets: BandBuckets | None = None
+        self._spill: SpillDir | None = None
+        if near.enabled and near.storage.type == "disk":
+            self._spill = SpillDir(near.storage.spill_dir)
+            bands, rows = lsh_shape(near)
+            self._buckets = BandBuckets(self._spill.path, bands, rows, near.storage.partitions)
+            self._buckets.add(0, self.prior.signatures, self.prior.n_shingles > 0)
+            if near.verify == "exact":
+                self._store = ShingleSpill(self._spill.path)
+        elif near.enabled and near.verify == "exact":
+            self._store = ShingleStore()
         self._rows = 0
         self._image_rows: list[np.ndarray] = []  # row numbers of image documents with a phash
         self._phashes: list[np.ndarray] = []
@@ -200,12 +212,16 @@ class Deduplicator:
             self._n_shingles.append(np.zeros(n, np.int32))
             return
         text = near_dedup_texts(batch)
+        first = len(self.prior) + self._rows - n  # global number of the batch's first document
         for a, b in compute_in_slices(text):
             shingles = shingle_hashes(text[a:b], s.near.shingles)
-            self._sigs.append(self.minhasher.signatures(shingles))
+            sigs = self.minhasher.signatures(shingles)
+            self._sigs.append(sigs)
             self._n_shingles.append(shingles.counts.astype(np.int32))
             if self._store is not None:
                 self._store.add(shingles)
+            if self._buckets is not None:
+                self._buckets.add(first + a, sigs, shingles.counts > 0)
 
     def finish(self) -> DedupResult:
         s = self.settings
@@ -224,8 +240,11 @@ class Deduplicator:
         links = _Links(np.full(n, -1, np.int64), np.full(n, np.nan, np.float32), np.zeros(n, np.int8))
         if s.exact.enabled and n:
             self._exact_links(hashes, order, rank, links)
-        if s.near.enabled and n:
-            self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+        try:
+            if s.near.enabled and n:
+                self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+        finally:
+            self.close()
         image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
         phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
         counts.images = len(image_rows)
@@ -257,6 +276,14 @@ class Deduplicator:
         counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
         return DedupResult(decisions, duplicates, accepted, counts)
 
+    def close(self) -> None:
+        """Remove the spill files (storage: disk); finish() does it, a caller that gives up may."""
+        if self._spill is not None:
+            if isinstance(self._store, ShingleSpill):
+                self._store.close()
+            self._spill.close()
+            self._spill = None
+
     def _exact_links(self, hashes: pa.Array, order: np.ndarray, rank: np.ndarray, links: _Links) -> None:
         """Same normalised text: link to the best-ranked row, or to an earlier run's document."""
         n_prior = len(self.prior)
@@ -282,11 +309,16 @@ class Deduplicator:
         counts: DedupCounts,
     ) -> None:
         """Greedy LSH pass over the rows exact dedup kept that have shingles, best first."""
-        index = LshIndex(self.settings.near, self.minhasher)
-        counts.lsh_bands, counts.lsh_rows = index.bands, index.rows
-        greedy = GreedyNearDedup(self.settings.near, index, self.prior)
         eligible = (links.target < 0) & (n_sh > 0)
-        out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
+        if self._buckets is not None:  # storage: disk
+            counts.lsh_bands, counts.lsh_rows = self._buckets.bands, self._buckets.rows
+            greedy = BucketedNearDedup(self.settings.near, self.prior, self._buckets.shared_keys())
+            out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
+        else:
+            index = LshIndex(self.settings.near, self.minhasher)
+            counts.lsh_bands, counts.lsh_rows = index.bands, index.rows
+            greedy = GreedyNearDedup(self.settings.near, index, self.prior)
+            out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
         near = out.target >= 0
         links.target[near] = out.target[near]
         links.similarity[near] = out.similarity[near]

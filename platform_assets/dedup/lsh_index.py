@@ -37,17 +37,19 @@ def collision_probability(similarity: float | np.ndarray, bands: int, rows: int)
     return 1.0 - (1.0 - np.asarray(similarity, dtype=float) ** rows) ** bands
 
 
+def lsh_shape(settings: NearSettings) -> tuple[int, int]:
+    """(bands, rows): the configured shape, or datasketch's optimum for the effective threshold."""
+    if settings.bands is not None and settings.rows is not None:
+        return settings.bands, settings.rows
+    return optimal_shape(settings.effective_lsh_threshold(), settings.num_perm, tuple(settings.lsh_weights))
+
+
 class LshIndex:
     """Insert/query signatures by string key (document id)."""
 
     def __init__(self, settings: NearSettings, minhasher: MinHasher):
         self.minhasher = minhasher
-        if settings.bands is not None and settings.rows is not None:
-            self.bands, self.rows = settings.bands, settings.rows
-        else:
-            self.bands, self.rows = optimal_shape(
-                settings.effective_lsh_threshold(), settings.num_perm, tuple(settings.lsh_weights)
-            )
+        self.bands, self.rows = lsh_shape(settings)
         storage: dict[str, object] = {"type": "dict"}
         if settings.storage.type == "redis":
             storage = {"type": "redis", "redis": dict(settings.storage.redis)}

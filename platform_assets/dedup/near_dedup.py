@@ -145,7 +145,6 @@ class GreedyNearDedup:
         shingles: ShingleStore | None,
         out: NearOutcome,
     ) -> tuple[int, float]:
-        n_prior = len(self.prior)
         glob = []
         for k in keys:
             g = self._global.get(k)
@@ -153,30 +152,48 @@ class GreedyNearDedup:
                 out.unknown_candidates += 1
             else:
                 glob.append(g)
-        if not glob:
-            return -1, float("nan")
-        cand = np.array(glob, dtype=np.int64)
-        # best-priority candidates first (earlier runs' documents, then this run's by rank)
-        prio = np.where(cand < n_prior, cand - n_prior, rank[np.maximum(cand - n_prior, 0)])
-        cand = cand[np.argsort(prio, kind="stable")][: self.settings.max_candidates]
-        out.candidates += len(cand)
-        is_prior = cand < n_prior
-        cand_sigs = np.where(
-            is_prior[:, None],
-            self.prior.signatures[np.minimum(cand, max(n_prior - 1, 0))] if n_prior else 0,
-            signatures[np.maximum(cand - n_prior, 0)],
-        )
-        sims = (cand_sigs == sig[None, :]).mean(axis=1)
-        if shingles is not None:
-            mine = shingles.get(row)
-            for j in np.flatnonzero(~is_prior):
-                sims[j] = exact_jaccard(mine, shingles.get(int(cand[j] - n_prior)))
-        if self.settings.verify == "none":
-            ok = np.ones(len(cand), dtype=bool)
-        else:
-            ok = sims >= self.settings.threshold
-        out.rejected += int((~ok).sum())
-        if not ok.any():
-            return -1, float("nan")
-        j = int(np.flatnonzero(ok)[np.argmax(sims[ok])])  # most similar; ties: best priority
-        return int(cand[j]), float(sims[j])
+        return best_candidate(self.settings, self.prior, row, sig, glob, signatures, rank, shingles, out)
+
+
+def best_candidate(
+    settings: NearSettings,
+    prior: AcceptedSignatures,
+    row: int,
+    sig: np.ndarray,
+    glob: list[int],
+    signatures: np.ndarray,
+    rank: np.ndarray,
+    shingles: ShingleStore | None,
+    out: NearOutcome,
+) -> tuple[int, float]:
+    """The accepted document (global index) `row` duplicates, and the similarity, or (-1, nan):
+    the `max_candidates` best-priority candidates of `glob` (accepted documents sharing a band),
+    verified as settings say, the most similar one that passes."""
+    n_prior = len(prior)
+    if not glob:
+        return -1, float("nan")
+    cand = np.array(glob, dtype=np.int64)
+    # best-priority candidates first (earlier runs' documents, then this run's by rank)
+    prio = np.where(cand < n_prior, cand - n_prior, rank[np.maximum(cand - n_prior, 0)])
+    cand = cand[np.argsort(prio, kind="stable")][: settings.max_candidates]
+    out.candidates += len(cand)
+    is_prior = cand < n_prior
+    cand_sigs = np.where(
+        is_prior[:, None],
+        prior.signatures[np.minimum(cand, max(n_prior - 1, 0))] if n_prior else 0,
+        signatures[np.maximum(cand - n_prior, 0)],
+    )
+    sims = (cand_sigs == sig[None, :]).mean(axis=1)
+    if shingles is not None:
+        mine = shingles.get(row)
+        for j in np.flatnonzero(~is_prior):
+            sims[j] = exact_jaccard(mine, shingles.get(int(cand[j] - n_prior)))
+    if settings.verify == "none":
+        ok = np.ones(len(cand), dtype=bool)
+    else:
+        ok = sims >= settings.threshold
+    out.rejected += int((~ok).sum())
+    if not ok.any():
+        return -1, float("nan")
+    j = int(np.flatnonzero(ok)[np.argmax(sims[ok])])  # most similar; ties: best priority
+    return int(cand[j]), float(sims[j])

@@ -204,7 +204,7 @@ class LeakageChecker:
         n_sh = np.concatenate(self._n_shingles)
         split_codes = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)
         # always in memory: the keys are this check's row numbers, not shareable document ids
-        index = LshIndex(self.near.model_copy(update={"storage": LshStorage()}), self.minhasher)
+        index = LshIndex(self.near.model_copy(update={"storage": LshStorage(type="memory")}), self.minhasher)
         train = np.flatnonzero((split_codes == 0) & (n_sh > 0))
         index.insert_many(train.tolist(), sigs[train])  # keys: row numbers
         id_list = ids.to_pylist()

@@ -1,0 +1,227 @@
+"""Near dedup with the LSH index on disk (`dedup.near.storage.type: disk`): the same decisions as the
+in-memory index, in memory that does not grow with the corpus's distinct documents.
+
+The greedy pass (near_dedup.py) needs, for each document in keep-policy order, the accepted documents
+that share one of its LSH band values. A band value held by a single document can never produce a
+candidate, and most are (in the real 500 MB corpus 30,629 of 35,799 documents, 86%, share no band
+value with any other), so:
+
+1. while signatures are computed, every (band, band values, document) record goes to one of
+   `partitions` bucket files on disk, by a hash of the band values (BandBuckets.add);
+2. each bucket file is read alone, its records grouped by exact (band, values) with numpy, and only
+   the groups of two or more documents are kept: (document, key) pairs (BandBuckets.shared_keys);
+3. the greedy pass replays the in-memory algorithm over those keys only (BucketedNearDedup): a
+   document without a shared key has no candidates and is accepted; one with keys gets the accepted
+   documents of its keys as candidates, verified exactly as before (near_dedup.best_candidate).
+
+Shingles for exact verification are spilled too (ShingleSpill): 8 bytes per document stay in memory
+(an offset) instead of 4 bytes per shingle, and only candidates' shingles are read back.
+
+Memory: one bucket file's records while it is grouped (~(10 + 4 x rows) bytes x bands x documents /
+partitions: 1 M documents at 18 x 7 and 64 partitions, 11 MB), the shared keys, and the signatures
+(512 B per document, still in memory: the accepted-signature artifact is built from them). The
+datasketch index held ~2.7 KB per accepted document (a bytes key and a list per band).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from platform_assets.dedup.near_dedup import NearOutcome, best_candidate
+from platform_assets.dedup.settings import NearSettings
+from platform_assets.dedup.shingles import ShingleBatch
+from platform_assets.dedup.signature_store import AcceptedSignatures
+
+__all__ = ["BandBuckets", "BucketedNearDedup", "ShingleSpill", "SpillDir"]
+
+
+class SpillDir:
+    """A private temporary directory for one dedup run's spill files, removed when closed."""
+
+    def __init__(self, parent: str | None = None):
+        self._tmp = tempfile.TemporaryDirectory(prefix="dedup-spill-", dir=parent)
+        self.path = Path(self._tmp.name)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+class ShingleSpill:
+    """Shingle hashes of this run's documents in a file (top 32 bits, as ShingleStore keeps them),
+    read back with one `pread` per document that meets a candidate, unique-sorted and cached until
+    released."""
+
+    def __init__(self, directory: Path):
+        self._path = directory / "shingles.u32"
+        self._file = open(self._path, "wb")  # noqa: SIM115 (closed in close())
+        self._offsets = [np.zeros(1, np.int64)]
+        self._end = 0
+        self._n_docs = 0
+        self._fd: int | None = None
+        self._cache: dict[int, np.ndarray] = {}
+
+    def add(self, batch: ShingleBatch) -> None:
+        (batch.hashes >> np.uint64(32)).astype("<u4").tofile(self._file)
+        self._offsets.append(batch.offsets[1:] + self._end)
+        self._end += int(batch.offsets[-1])
+        self._n_docs += batch.n_docs
+
+    def __len__(self) -> int:
+        return self._n_docs
+
+    def _reader(self) -> int:
+        if self._fd is None:
+            self._file.flush()
+            self._offsets = [np.concatenate(self._offsets)]
+            self._fd = os.open(self._path, os.O_RDONLY)
+        return self._fd
+
+    def get(self, doc: int) -> np.ndarray:
+        cached = self._cache.get(doc)
+        if cached is not None:
+            return cached
+        fd = self._reader()
+        offsets = self._offsets[0]
+        a, b = int(offsets[doc]), int(offsets[doc + 1])
+        out = np.unique(np.frombuffer(os.pread(fd, 4 * (b - a), 4 * a), "<u4"))
+        self._cache[doc] = out
+        return out
+
+    def release(self, doc: int) -> None:
+        self._cache.pop(doc, None)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class BandBuckets:
+    """(band, band values, global document) records in `partitions` files, by a hash of the values."""
+
+    def __init__(self, directory: Path, bands: int, rows: int, partitions: int):
+        self.bands, self.rows, self.partitions = bands, rows, partitions
+        self._dtype = np.dtype([("doc", "<i8"), ("band", "<u2"), ("values", "<u4", (rows,))])
+        self._paths = [directory / f"band-bucket-{p:04d}.rec" for p in range(partitions)]
+        self._files = [open(path, "wb") for path in self._paths]  # noqa: SIM115 (closed in shared_keys)
+
+    def add(self, first_doc: int, signatures: np.ndarray, with_shingles: np.ndarray) -> None:
+        """Records of every band of `signatures` (rows are documents first_doc, first_doc + 1, ...);
+        documents without shingles are left out (never candidates, never in the index)."""
+        docs = np.flatnonzero(with_shingles) + first_doc
+        signatures = signatures[with_shingles]
+        n = len(signatures)
+        if n == 0:
+            return
+        r = self.rows
+        values = signatures[:, : self.bands * r].reshape(n, self.bands, r).astype("<u4", copy=False)
+        # a 64-bit mix of the band's values (and its number) picks the bucket: equal values, equal bucket
+        mix = np.arange(self.bands, dtype=np.uint64)[None, :] * np.uint64(0x9E3779B97F4A7C15)
+        for j in range(r):
+            mix = (mix ^ values[:, :, j].astype(np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
+            mix ^= mix >> np.uint64(31)
+        bucket = (mix % np.uint64(self.partitions)).astype(np.int64).ravel()
+        records = np.empty(n * self.bands, self._dtype)
+        records["doc"] = np.repeat(docs.astype(np.int64), self.bands)
+        records["band"] = np.tile(np.arange(self.bands, dtype=np.uint16), n)
+        records["values"] = values.reshape(n * self.bands, r)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(self.partitions + 1))
+        for p in np.flatnonzero(np.diff(bounds)).tolist():
+            records[order[bounds[p] : bounds[p + 1]]].tofile(self._files[p])
+
+    def shared_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(document, key) for every band value two or more documents hold; keys are dense ints.
+        Reads one bucket file at a time and deletes it."""
+        for f in self._files:
+            f.close()
+        docs, keys = [], []
+        next_key = 0
+        key_dtype = np.dtype([("band", "<u2"), ("values", "<u4", (self.rows,))])
+        for path in self._paths:
+            records = np.fromfile(path, self._dtype)
+            path.unlink()
+            if len(records) < 2:
+                continue
+            key = np.empty(len(records), key_dtype)
+            key["band"], key["values"] = records["band"], records["values"]
+            # exact grouping on the bytes of (band, values): the bucket hash only spreads the work
+            _, inverse, counts = np.unique(key.view(f"V{key_dtype.itemsize}"), return_inverse=True,
+                                           return_counts=True)
+            shared = counts[inverse] >= 2
+            if shared.any():
+                group_ids, dense = np.unique(inverse[shared], return_inverse=True)
+                docs.append(records["doc"][shared])
+                keys.append(dense.astype(np.int64) + next_key)
+                next_key += len(group_ids)
+        if not docs:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(docs), np.concatenate(keys)
+
+
+class BucketedNearDedup:
+    """The greedy pass of near_dedup.GreedyNearDedup over shared band keys (see the module doc).
+
+    Global numbering as there: earlier runs' accepted documents 0..P-1, this run's rows P + row.
+    """
+
+    def __init__(self, settings: NearSettings, prior: AcceptedSignatures, doc_keys: tuple[np.ndarray, np.ndarray]):
+        self.settings, self.prior = settings, prior
+        docs, keys = doc_keys
+        order = np.argsort(docs, kind="stable")
+        self._docs, self._keys = docs[order], keys[order]
+        self._index: defaultdict[int, list[int]] = defaultdict(list)  # key -> accepted documents holding it
+        self._global: dict[str, int] = {}  # id -> global, of accepted documents with shared keys
+        n_prior = len(prior)
+        prior_ids = prior.ids.to_pylist() if n_prior else []
+        # earlier runs' documents are in the index first (the in-memory index inserts all of them; only
+        # those holding a shared key can ever be a candidate)
+        for g in range(n_prior):
+            if prior.n_shingles[g] > 0:
+                self._insert(g, prior_ids[g])
+
+    def _keys_of(self, doc: int) -> np.ndarray:
+        a, b = np.searchsorted(self._docs, [doc, doc + 1])
+        return self._keys[a:b]
+
+    def _insert(self, doc: int, key: str) -> bool:
+        keys = self._keys_of(doc)
+        for k in keys.tolist():
+            self._index[k].append(doc)
+        if len(keys):
+            self._global[key] = doc
+        return bool(len(keys))
+
+    def run(self, order: np.ndarray, ids: list[str], signatures: np.ndarray, rank: np.ndarray,
+            shingles: ShingleSpill | None = None) -> NearOutcome:
+        s = self.settings
+        n_prior = len(self.prior)
+        out = NearOutcome(np.full(len(ids), -1, np.int64), np.full(len(ids), np.nan, np.float32))
+        exact = s.verify == "exact" and shingles is not None
+        for row in order.tolist():
+            out.queries += 1
+            keys = self._keys_of(n_prior + row)
+            if len(keys) == 0:  # no band value shared with any document: nothing to compare with
+                out.accepted.append(row)
+                continue
+            # sorted: the candidate list is a set, its order must not depend on insertion history
+            glob = sorted({g for k in keys.tolist() for g in self._index.get(k, ())})
+            best, sim = best_candidate(s, self.prior, row, signatures[row], glob, signatures, rank,
+                                       shingles if exact else None, out)
+            if best >= 0:
+                out.target[row], out.similarity[row] = best, sim
+                if shingles is not None:
+                    shingles.release(row)
+                continue
+            if ids[row] in self._global:  # the same id twice in the input, with identical text
+                out.target[row], out.similarity[row] = self._global[ids[row]], 1.0
+                continue
+            self._insert(n_prior + row, ids[row])
+            out.accepted.append(row)
+        return out

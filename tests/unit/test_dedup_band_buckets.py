@@ -1,0 +1,123 @@
+"""dedup.near.storage.type: disk (band_buckets.py) decides exactly as the in-memory datasketch index,
+keeps nothing on disk after the run, and groups band values exactly."""
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_dedup_stage import _doc, _edit, _table
+
+from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillDir
+from platform_assets.dedup.deduplicator import Deduplicator
+from platform_assets.dedup.near_dedup import ShingleStore
+from platform_assets.dedup.settings import DedupSettings, ShingleSettings
+from platform_assets.dedup.shingles import shingle_hashes
+
+
+def _corpus(seed: int, n_base: int = 60, id_prefix: str = "doc") -> pa.Table:
+    """Distinct documents and copies at every distance from them: 1-40 word edits of 320 (J from
+    ~0.97 down to ~0.6, around the 0.8 threshold), copies of copies (chains), and repeated ids."""
+    rng = random.Random(seed)
+    base = [_doc(rng) for _ in range(n_base)]
+    texts = list(base)
+    for i in range(n_base):
+        for _ in range(rng.randrange(4)):
+            texts.append(_edit(rng, rng.choice(texts[i:]), rng.choice([1, 3, 8, 15, 25, 40])))
+    ids = [f"{id_prefix}-{i:05d}" for i in range(len(texts))]
+    texts += texts[:3]  # the same documents read twice: same ids, same text
+    ids += ids[:3]
+    return _table(texts, ids=ids, ages=[rng.randrange(1000) for _ in texts],
+                  sources=[rng.choice(["web", "books"]) for _ in texts])
+
+
+def _run(table: pa.Table, settings: DedupSettings, prior=None, batch_rows: int = 37):
+    dedup = Deduplicator(settings, prior)
+    for batch in table.to_batches(max_chunksize=batch_rows):
+        dedup.add_batch(batch)
+    return dedup.finish()
+
+
+def _disk(settings: DedupSettings, tmp_path, **storage) -> DedupSettings:
+    near = settings.near.model_copy(update={"storage": settings.near.storage.model_copy(
+        update={"type": "disk", "spill_dir": str(tmp_path), **storage})})
+    return settings.model_copy(update={"near": near})
+
+
+def _assert_same(a, b):
+    assert a.decisions.equals(b.decisions)
+    assert a.duplicates.equals(b.duplicates)
+    assert np.array_equal(a.accepted.signatures, b.accepted.signatures)
+    assert a.accepted.ids.equals(b.accepted.ids)
+    assert a.counts == b.counts
+
+
+@pytest.mark.parametrize("verify", ["exact", "estimated", "none"])
+@pytest.mark.parametrize("partitions", [1, 7, 64])
+def test_disk_index_decides_as_the_memory_index(tmp_path, verify, partitions):
+    table = _corpus(seed=partitions)
+    memory = DedupSettings(exact={"enabled": False}, near={"verify": verify})  # near carries it all
+    a = _run(table, memory)
+    b = _run(table, _disk(memory, tmp_path, partitions=partitions))
+    assert a.counts.removed_near > 20  # the corpus has work for the index
+    _assert_same(a, b)
+    assert list(tmp_path.iterdir()) == []  # the spill directory is gone with the run
+
+
+def test_disk_index_with_exact_dedup_and_max_candidates(tmp_path):
+    table = _corpus(seed=5)
+    memory = DedupSettings(near={"max_candidates": 2})
+    _assert_same(_run(table, memory), _run(table, _disk(memory, tmp_path)))
+
+
+def test_incremental_run_against_an_artifact(tmp_path):
+    first_half, second_half = _corpus(seed=11), _corpus(seed=12, id_prefix="new")
+    memory = DedupSettings(incremental=True)
+    prior = _run(first_half, memory).accepted
+    # some of the new documents copy accepted ones of the earlier run
+    extra = _table([_edit(random.Random(1), t, 2) for t in first_half["text"].to_pylist()[:10]],
+                   ids=[f"copy-{i}" for i in range(10)])
+    new = pa.concat_tables([second_half, extra])
+    a = _run(new, memory, prior)
+    b = _run(new, _disk(memory, tmp_path), prior)
+    assert a.counts.removed_against_earlier_runs >= 10
+    _assert_same(a, b)
+
+
+def test_boilerplate_cluster_stays_linear(tmp_path):
+    rng = random.Random(10)
+    licence = _doc(rng, 200)
+    texts = [licence] * 500 + [f"Project {i}: " + licence for i in range(300)] + [_doc(rng) for _ in range(20)]
+    settings = _disk(DedupSettings(exact={"enabled": False}), tmp_path)
+    result = _run(_table(texts), settings, batch_rows=256)
+    assert result.counts.kept == 21 and result.counts.lsh_candidates <= 2 * len(texts)
+
+
+def test_band_values_are_grouped_exactly(tmp_path):
+    buckets = BandBuckets(tmp_path, bands=2, rows=2, partitions=1)  # one bucket: every record meets
+    sigs = np.array([[1, 2, 3, 4], [1, 2, 9, 9], [5, 6, 3, 4], [7, 7, 7, 7], [1, 2, 3, 4]], np.uint32)
+    buckets.add(10, sigs, np.array([True, True, True, True, False]))  # the last has no shingles
+    docs, keys = buckets.shared_keys()
+    pairs = sorted(zip(docs.tolist(), keys.tolist(), strict=True))
+    # band 0 (1, 2): docs 10 and 11; band 1 (3, 4): docs 10 and 12; doc 13 shares nothing
+    groups: dict[int, set[int]] = {}
+    for d, k in pairs:
+        groups.setdefault(k, set()).add(d)
+    assert sorted(map(sorted, groups.values())) == [[10, 11], [10, 12]]
+    assert list(tmp_path.iterdir()) == []  # bucket files are deleted once read
+
+
+def test_shingle_spill_reads_back_what_the_store_holds(tmp_path):
+    texts = pa.array([_doc(random.Random(i), 40) for i in range(30)], pa.large_string())
+    store, spill_dir = ShingleStore(), SpillDir(str(tmp_path))
+    spill = ShingleSpill(spill_dir.path)
+    for a, b in ((0, 11), (11, 30)):
+        batch = shingle_hashes(texts[a:b], ShingleSettings())
+        store.add(batch)
+        spill.add(batch)
+    assert len(spill) == len(store) == 30
+    for doc in (0, 10, 11, 29):
+        assert np.array_equal(spill.get(doc), store.get(doc))
+    spill.close()
+    spill_dir.close()
+    assert list(tmp_path.iterdir()) == []
