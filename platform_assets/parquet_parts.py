@@ -235,7 +235,10 @@ class TableSource:
         return self._batch_rows
 
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-        return read_batches(self.storage, self.rel, columns, self.batch_rows())
+        # Locally a row group at a time: pre-buffering fetches the selected column chunks of the whole
+        # part first (dataset_splits on the real corpus: peak RSS 958 -> 736 MB without it). On S3 the
+        # coalesced reads save a round trip per column chunk, worth the part-sized buffer.
+        return read_batches(self.storage, self.rel, columns, self.batch_rows(), pre_buffer=not self.storage.is_local)
 
     @property
     def num_rows(self) -> int:
