@@ -1,12 +1,28 @@
-"""DVC versioning with the real `dvc` CLI (from .venv-dvc) and a real local remote."""
+"""DVC versioning with the real `dvc` CLI (from .venv-dvc) and a real local remote; the dataset_version
+asset through Dagster, with its version.json and dataset card."""
 
 import hashlib
+import json
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
+import dagster as dg
+import datasets
+import huggingface_hub
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from platform_assets.defs.dataset_version.assets import dataset_version
+from platform_assets.defs.packed_shards.assets import packed_shards
+from platform_assets.defs.resources import PipelineResource
+from platform_assets.defs.tokenized_documents.assets import tokenized_documents
+from platform_assets.defs.tokenizer.assets import tokenizer
+from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
+from platform_assets.storage import Storage
 from platform_assets.versioning.dvc_repo import DvcError, DvcRepo, find_dvc
 from platform_assets.versioning.settings import DvcRemote
 
@@ -109,3 +125,116 @@ def test_dvc_failure_names_the_command_and_dvcs_message(repo: Path):
     dvc.ensure_initialized()
     with pytest.raises(DvcError, match=r"`dvc pull --quiet --force nosuchstage` failed"):
         dvc.pull("nosuchstage")
+
+
+# -- the dataset_version asset: version.json and the dataset card, through Dagster -------------------------
+WORDS = "shard token model train corpus filter clean dedup split pack index byte text page line word".split()
+
+
+def _documents(source: str, n: int, license_: str | None, seed: int) -> pa.Table:
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(30, 200))) + "." for _ in range(n)]
+    uris = [f"{source}.jsonl#line={i}" for i in range(n)]
+    return pa.table({
+        "id": [document_id(source, u, t) for u, t in zip(uris, texts, strict=True)],
+        "source": [source] * n,
+        "text": pa.array(texts, pa.large_string()),
+        "modality": ["text"] * n,
+        "uri": uris,
+        "license": pa.array([license_] * n, pa.string()),
+        "meta": pa.nulls(n, pa.string()),
+        "ingested_at": pa.array([1_700_000_000_000] * n, pa.timestamp("ms", tz="UTC")),
+        "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
+    }, schema=DOCUMENTS_SCHEMA)
+
+
+def _commit(storage: Storage, rel: str, files: dict[str, pa.Table]) -> None:
+    with storage.staged_dir(rel) as staged:
+        for name, table in files.items():
+            with staged.open_output(name) as f:
+                pq.write_table(table, f)
+
+
+def _removed(rule: str) -> pa.Table:
+    return pa.table({"id": ["gone"], "rule": [rule], "value": ["1"], "bytes": pa.array([1], pa.int64())})
+
+
+@pytest.fixture
+def release_project(tmp_path: Path) -> tuple[Path, PipelineResource]:
+    """A git + DVC project whose storage root holds the committed outputs up to dataset_splits of two
+    sources (essays: 30 raw, 1 cleaned away, 1 duplicate; notes: 12 raw, 2 quarantined inputs)."""
+    root = tmp_path / "project"
+    (root / "configs").mkdir(parents=True)
+    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
+        _git(root, *args)
+    (root / ".gitignore").write_text("/data/\n")
+    (root / "dvc.yaml").write_text("stages:\n  packed_shards:\n    cmd: echo the platform builds it\n    outs:\n"
+                                   "      - data/platform/packed_shards/_all\n")
+    storage = Storage(str(root / "data" / "platform"))
+    essays, notes = _documents("essays", 30, "CC-BY-4.0", 1), _documents("notes", 12, "MIT", 2)
+    quarantine = pa.table({"source": ["notes"] * 2, "reason": ["malformed_json"] * 2})
+    _commit(storage, "raw_documents/essays", {"part-00000.parquet": essays})
+    _commit(storage, "raw_documents/notes", {"part-00000.parquet": notes, "_quarantine.parquet": quarantine})
+    essays = essays.slice(1)  # cleaning removes one essay, dedup another
+    _commit(storage, "cleaned_documents/essays", {"part-00000.parquet": essays,
+                                                  "_exclusions.parquet": _removed("gopher_quality.stop_words")})
+    nothing_removed = _removed("language.low_confidence").slice(0, 0)
+    _commit(storage, "cleaned_documents/notes", {"part-00000.parquet": notes, "_exclusions.parquet": nothing_removed})
+    kept = pa.concat_tables([essays.slice(1), notes])
+    _commit(storage, "deduplicated_documents/_all", {"part-00000.parquet": kept,
+                                                     "_exclusions.parquet": _removed("exact_duplicate")})
+    splits = kept.append_column("lang", pa.array(["en"] * 35 + ["de"] * 5)).append_column(
+        "split", pa.array([("train", "validation", "test")[i % 3] for i in range(kept.num_rows)]))
+    _commit(storage, "dataset_splits/_all", {"part-00000.parquet": splits})
+    (root / "configs" / "pipeline.yaml").write_text(yaml.safe_dump({
+        "storage": {"root": "../data/platform"},
+        "sources": [{"name": "essays", "format": "jsonl", "path": ".", "license": "CC-BY-4.0"},
+                    {"name": "notes", "format": "jsonl", "path": ".", "license": "MIT"}],
+        "tokenizer": {"source": "train", "vocab_size": 400, "min_frequency": 1},
+        "packing": {"seq_len": 64, "samples_per_shard": 16},
+        "versioning": {"dvc_repo": "..", "remote": {"name": "store", "url": str(tmp_path / "remote")}},
+    }))
+    return root, PipelineResource(config_path=str(root / "configs" / "pipeline.yaml"))
+
+
+def test_dataset_version_writes_a_card_that_loads(release_project, tmp_path, monkeypatch):
+    root, pipeline = release_project
+    result = dg.materialize([tokenizer, tokenized_documents, packed_shards, dataset_version],
+                            resources={"pipeline": pipeline})
+    assert result.success
+    meta = result.asset_materializations_for_node("dataset_version")[0].metadata
+    md5 = meta["dvc_md5"].value
+    card_dir = root / "data" / "platform" / "dataset_version" / "_all"
+    assert (card_dir / "version.json").is_file() and meta["dataset_card_uri"].value == str(card_dir / "README.md")
+    card = (card_dir / "README.md").read_text()
+    assert md5 in meta["dataset_card"].value and f"DVC md5: `{md5}`" in card
+    assert "| essays | jsonl | CC-BY-4.0 | 30 | 0 | 29 | 28 |" in card
+    assert "| notes | jsonl | MIT | 12 | 2 | 12 | 12 |" in card
+    assert "not recorded (dataset_splits' `no_split_leakage` check has not run" in card  # splits not run here
+    header = huggingface_hub.DatasetCard(card).data.to_dict()
+    assert header["license"] == ["cc-by-4.0", "mit"] and header["language"] == ["en", "de"]
+
+    # the card's `configs` load with `datasets`: one row per packed sequence of the Parquet shards
+    shards = root / "data" / "platform" / "packed_shards" / "_all"
+    index = json.loads((shards / "parquet" / "index.json").read_text())
+    per_split: dict[str, int] = {}
+    for entry in index["sets"]:
+        per_split[entry["split"]] = per_split.get(entry["split"], 0) + entry["samples"]
+    (config,) = header["configs"]
+    data_files = {d["split"]: str(card_dir / d["path"]) for d in config["data_files"]}
+    loaded = datasets.load_dataset("parquet", data_files=data_files, cache_dir=str(tmp_path / "hf"))
+    assert {s: loaded[s].num_rows for s in loaded} == per_split
+    assert sum(per_split.values()) == index["totals"]["samples"]
+    through_card = datasets.load_dataset(str(card_dir), cache_dir=str(tmp_path / "hf-card"))
+    assert {s: through_card[s].num_rows for s in through_card} == per_split
+
+    # ... and the flat shards with numpy, exactly as the card's snippet says (run from the repository root)
+    snippet = card.split("With numpy")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(root)
+    scope: dict = {}
+    exec(snippet, scope)
+    assert (scope["sequences"], scope["tokens"]) == (index["totals"]["samples"], index["totals"]["tokens"])
+
+    # the same outputs give the same card
+    dg.materialize([dataset_version], resources={"pipeline": pipeline})
+    assert (card_dir / "README.md").read_text() == card

@@ -10,11 +10,24 @@ from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.dataset_version.checks import VERSION_CHECKS, evaluate_version_checks
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import failures_as_dagster, stage_context
+from platform_assets.versioning.card_facts import LeakCheck, gather_card_facts
+from platform_assets.versioning.dataset_card import CARD_FILE, card_for_ui, render_dataset_card
 from platform_assets.versioning.dvc_repo import DvcRepo
 from platform_assets.versioning.record import VERSION_FILE, media_record, version_record
 
 SHARDS = "packed_shards"
 MEDIA = "media_shards"
+LEAK_CHECK = dg.AssetCheckKey(dg.AssetKey("dataset_splits"), "no_split_leakage")
+
+
+def latest_leak_check(instance: dg.DagsterInstance) -> LeakCheck | None:
+    """The split leak check's latest result: the instance keeps it, the splits output does not."""
+    record = instance.get_latest_asset_check_evaluation_record(LEAK_CHECK)
+    evaluation = record.evaluation if record is not None else None
+    if evaluation is None:
+        return None
+    summary = evaluation.metadata.get("summary")
+    return LeakCheck(evaluation.passed, str(summary.value) if summary is not None else "")
 
 
 @dg.asset(
@@ -29,7 +42,8 @@ MEDIA = "media_shards"
         "The packed shard set as a DVC version: `dvc commit` of its dvc.yaml stage (or `dvc add`), then "
         "`dvc push`. The DVC md5 is this asset's data version; training runs name it. The media shard set, "
         "where media_shards has an output, is recorded and pushed the same way as a version of its own "
-        "(`media_dvc_md5`, and `media` in version.json)."
+        "(`media_dvc_md5`, and `media` in version.json). README.md beside version.json is the version's "
+        "dataset card (Hugging Face format)."
     ),
 )
 def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
@@ -61,6 +75,11 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
                             media)
     storage.write_bytes_atomic(f"{ctx.rel}/{VERSION_FILE}",
                                json.dumps(record, indent=1, sort_keys=True).encode())
+    facts = gather_card_facts(storage, record, sources=cfg.sources, cleaning=cfg.cleaning, dedup=cfg.dedup,
+                              splits=cfg.splits, card_dir=repo.relative(Path(cfg.storage_root) / ctx.rel),
+                              leak_check=latest_leak_check(context.instance))
+    card = render_dataset_card(facts)
+    storage.write_bytes_atomic(f"{ctx.rel}/{CARD_FILE}", card.encode())
     totals = record["totals"]
     metadata = {
         "dvc_md5": version.md5,
@@ -74,6 +93,8 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
         "bytes": version.bytes,
         **{f"{k}": v for k, v in totals.items()},
         "media_dvc_md5": media_version.md5 if media_version else "none (no media_shards output)",
+        "dataset_card": dg.MetadataValue.md(card_for_ui(card)),
+        "dataset_card_uri": dg.MetadataValue.path(storage.uri(f"{ctx.rel}/{CARD_FILE}")),
     }
     if media is not None:
         metadata.update(media_files=media_version.files, media_bytes=media_version.bytes,
