@@ -1,5 +1,5 @@
 """Smoke tests of the cleaning benchmarks (benchmarks/cleaning_quality_rules.py, langid_accuracy.py,
-boilerplate_extraction.py): each runs both sides through the harness (fresh child processes) on a
+boilerplate_extraction.py, cleaning_stage.py): each runs both sides through the harness (fresh child processes) on a
 tiny input generated here and must produce its figures. The peers are bench extras (datatrove + nltk,
 langid, trafilatura): without them a test skips. The real-data runs are in benchmarks/RESULTS.md."""
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmark_runs import figures as _figures  # noqa: E402
 from benchmark_runs import run as _run  # noqa: E402
 
-from benchmarks import boilerplate_extraction, cleaning_quality_rules, langid_accuracy  # noqa: E402
+from benchmarks import boilerplate_extraction, cleaning_quality_rules, cleaning_stage, langid_accuracy  # noqa: E402
 from benchmarks.harness import BenchmarkError  # noqa: E402
 
 
@@ -89,6 +89,44 @@ def test_quality_agreement_and_check():
     assert ours["agreement"] == peer["agreement"] == 0.75
     with pytest.raises(BenchmarkError, match="different documents"):
         cleaning_quality_rules.check({"docs": 3, "kept_mask": "110"}, peer)
+
+
+def test_cleaning_stage_against_a_git_archive_baseline(tmp_path: Path, monkeypatch):
+    # HEAD as the baseline: a commit every clone has (shallow ones too), so the git-archive path runs;
+    # the identity check must then pass whatever the working tree changed in cleaning
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rng = random.Random(2)
+    with open(corpus / "text_000.jsonl", "w") as f:
+        for i, text in enumerate(_quality_docs(rng, 30) + [LANGID_SAMPLES["de"] * 4, "Mail me: a.b@example.org " * 20]):
+            f.write(json.dumps({"id": f"t{i}", "source": "generated", "text": text}) + "\n")
+    with open(corpus / "code_000.jsonl", "w") as f:
+        for i in range(6):
+            f.write(json.dumps({"id": f"c{i}", "source": "code", "text": f"def f{i}(x):\n    return x + {i}\n"}) + "\n")
+    monkeypatch.setenv("CLEANING_BENCH_MB", "1")  # more than the corpus: every document
+    monkeypatch.setenv("CLEANING_BENCH_BASELINE", "HEAD")
+    result = _run("cleaning_stage", corpus, tmp_path / "work")
+    spec, fig = result["spec"], _figures(result)
+    assert spec["docs"] == 38 and spec["parts"]["code"]["docs"] == 6 and spec["baseline"].startswith("commit ")
+    for m in ("throughput per core", "wall throughput", "CPU time", "peak RSS"):
+        assert fig[m]["ours"] > 0 and fig[m]["peer"] > 0, m
+    ours, peer = result["records"]["ours"][0], result["records"]["peer"][0]
+    assert ours["digests"] == peer["digests"] and "kept.lang" in ours["digests"]
+    assert 0 < ours["docs_kept"] < 38 and ours["docs_kept"] + ours["exclusions"] == 38
+    assert ours["platform_assets"] != peer["platform_assets"]  # two trees, one per side
+    assert any(rule.startswith(("gopher_", "c4.", "fineweb.")) for rule in ours["removed_by_rule"])  # quality ran
+
+
+def test_cleaning_stage_check_names_what_differs():
+    here = str(cleaning_stage.REPO_ROOT / "platform_assets" / "__init__.py")
+    ours = {"platform_assets": here, "docs_kept": 2, "exclusions": 1,
+            "digests": {"kept.text": "a", "kept.lang": "b", "exclusions": "c", "funnel": "d"}}
+    peer = {**ours, "platform_assets": "/tmp/baseline/platform_assets/__init__.py"}
+    cleaning_stage.check(ours, dict(peer))
+    with pytest.raises(BenchmarkError, match="outputs differ from the baseline's in: exclusions, kept.text"):
+        cleaning_stage.check(ours, {**peer, "digests": {**ours["digests"], "kept.text": "x", "exclusions": "y"}})
+    with pytest.raises(BenchmarkError, match="did not import different trees"):
+        cleaning_stage.check(ours, {**peer, "platform_assets": here})
 
 
 LANGID_SAMPLES = {
