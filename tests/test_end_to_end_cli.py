@@ -3,18 +3,27 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from ui_helpers import (
+    BIN,
+    REPO,
+    SELECTOR,
+    Browser,
+    artifacts_dir,
+    assert_screenshot,
+    chromium_or_skip,
+    free_port,
+    graphql,
+    rendered_dom,
+    start_webserver,
+    stop,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
@@ -152,51 +161,12 @@ def test_config_error_fails_fast_with_the_key(workspace, tmp_path):
     assert res.returncode == 2 and "source 'web': path 'nowhere' does not exist" in res.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", method="POST",
-                                 data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        body = json.loads(resp.read())
-    assert "errors" not in body, body
-    return body["data"]
-
-
-def _rendered_dom(chromium: str, url: str, profile: Path) -> str:
-    """The page's DOM after its JavaScript ran, from Debian's headless Chromium (no network but loopback)."""
-    return subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120).stdout
-
-
-SELECTOR = {"repositoryLocationName": "platform_assets.definitions", "repositoryName": "__repository__"}
-
-
 def test_web_ui_shows_and_drives_the_sensor_and_schedule(workspace):
     tmp, env = workspace
-    port = _free_port()
-    server = subprocess.Popen([str(BIN / "dagster-webserver"), "-m", "platform_assets.definitions",
-                               "-h", "127.0.0.1", "-p", str(port)], env=env, cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
+    server = start_webserver(env, port)
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    pytest.fail("dagster-webserver did not come up")
-                time.sleep(1)
-        data = _graphql(port, """query($s: RepositorySelector!) { repositoryOrError(repositorySelector: $s) {
+        data = graphql(port, """query($s: RepositorySelector!) { repositoryOrError(repositorySelector: $s) {
             ... on Repository { sensors { name sensorState { status } }
                                 schedules { name cronSchedule scheduleState { status } }
                                 assetNodes { assetKey { path } partitionDefinition { type } } } } }""",
@@ -210,20 +180,31 @@ def test_web_ui_shows_and_drives_the_sensor_and_schedule(workspace):
         assert nodes[("raw_documents",)]["type"] == "DYNAMIC"
 
         # usable: switching the schedule on is the mutation the UI's toggle sends
-        started = _graphql(port, """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) {
+        started = graphql(port, """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) {
             ... on ScheduleStateResult { scheduleState { status } } } }""",
                            {"s": {**SELECTOR, "scheduleName": "daily_refresh"}})
         assert started["startSchedule"]["scheduleState"]["status"] == "RUNNING"
 
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-        if chromium is None:
-            pytest.skip("Debian chromium not installed (scripts/setup.sh installs it with PLATFORM_SYSTEM_DEPS=1)")
-        dom = _rendered_dom(chromium, f"http://127.0.0.1:{port}/automation", tmp / "chromium")
+        chromium = chromium_or_skip()
+        dom = rendered_dom(chromium, f"http://127.0.0.1:{port}/automation", tmp / "chromium")
         assert "source_files_sensor" in dom and "daily_refresh" in dom, dom[-2000:]
         # the dedup stage's cluster-size chart renders as an image in its metadata (an earlier test
         # of this module materialized the whole pipeline on this instance)
-        dom = _rendered_dom(chromium, f"http://127.0.0.1:{port}/assets/deduplicated_documents", tmp / "chromium")
+        dom = rendered_dom(chromium, f"http://127.0.0.1:{port}/assets/deduplicated_documents", tmp / "chromium")
         assert "cluster_size_chart" in dom and '<img src="data:image/svg+xml;base64,' in dom
+
+        # The release's dataset card, a markdown metadata entry of dataset_version: past 1,000
+        # characters the UI keeps markdown behind "[Show Markdown]", so a reader clicks it open.
+        version = json.loads((tmp / "platform" / "dataset_version" / "_all" / "version.json").read_text())
+        with Browser(chromium, tmp / "chromium-cdp") as browser:
+            browser.open(f"http://127.0.0.1:{port}/assets/dataset_version", "dataset_card", version["md5"])
+            browser.click("[Show Markdown]", selector="a", row="dataset_card")
+            # the dialog renders the card: its title is the entry's label, its text states the DVC md5
+            browser.wait_for("Copy", "Close")
+            dialog = browser.dialog_text()
+            assert version["md5"] in dialog and "dataset_card" in dialog, dialog[:2000]
+            # the dialog opens scrolled to its Close button; the card's title and summary are at the top
+            browser.scroll_to(f"Dataset version {version['md5'][:12]}", block="start")
+            assert_screenshot(browser.screenshot(artifacts_dir() / "dataset_card.png"))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
