@@ -74,6 +74,8 @@ class Doc:
     modality: str | None
     lang: str | None  # set by an earlier language step, else None
     out: dict[str, Any] = field(default_factory=dict)
+    prepared: Any = None
+    """What the step's :meth:`DocumentStep.prepare` computed for this document over the whole batch."""
 
 
 @dataclass
@@ -284,6 +286,13 @@ class DocumentStep(Step):
             return False
         return True
 
+    def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:
+        """Work done for every document the step will process at once, before :meth:`process` runs per
+        document (a vectorised kernel over the batch); one value per document, handed over as
+        `doc.prepared`, or None. A step whose batch work raises falls back to None, so that
+        :meth:`process` computes per document and an odd document is reported alone."""
+        return None
+
     def __call__(self, batch: pa.RecordBatch) -> StepResult:
         started = time.perf_counter()
         n = batch.num_rows
@@ -302,11 +311,15 @@ class DocumentStep(Step):
         counters = stats.counters
         metas, conversation_rows = self._chat_metas(batch)
         metas_changed = False
-        for i in range(n):
-            if not self.applies(modalities[i], langs[i]) or (not texts[i] and modalities[i] in MEDIA_MODALITIES):
-                stats.skipped += 1
-                continue
-            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i])
+        todo = [
+            i for i in range(n)
+            if self.applies(modalities[i], langs[i]) and (texts[i] or modalities[i] not in MEDIA_MODALITIES)
+        ]
+        stats.skipped += n - len(todo)
+        prepared = self._prepare([texts[i] or "" for i in todo], [modalities[i] for i in todo],
+                                 [langs[i] for i in todo])
+        for k, i in enumerate(todo):
+            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[k] if prepared else None)
             try:
                 drop = self.process(doc, counters)
             except Exception as err:  # noqa: BLE001 - reported per document, see class doc
@@ -338,6 +351,14 @@ class DocumentStep(Step):
             stats=stats,
             started=started,
         )
+
+    def _prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:
+        try:
+            return self.prepare(texts, modalities, langs) if texts else None
+        except Exception:  # noqa: BLE001 - per document in process(), where errors are reported
+            if self.on_error == "raise":
+                raise
+            return None
 
     def _chat_metas(self, batch: pa.RecordBatch) -> tuple[list[str | None], set[int]]:
         """The meta column and its conversation rows, when this step rewrites messages."""

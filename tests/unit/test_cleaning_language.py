@@ -104,3 +104,41 @@ def test_no_allow_list_keeps_every_confident_language():
     r = LanguageFilter(LanguageSettings(min_score=0.0))(batch(list(SENTENCES.values())))
     assert r.kept.num_rows == len(SENTENCES)
     assert r.kept.column("lang").to_pylist() == list(SENTENCES)
+
+
+def _py3langid_reference(model, text: str) -> tuple[str, float]:
+    """What the step computed per document before the batch path: py3langid's own rank(), folded."""
+    import regex
+
+    from platform_assets.cleaning.language_id import MACROLANGUAGES
+
+    sample = text[:2048]
+    if not regex.search(r"\p{L}", sample):
+        return "und", 0.0
+    folded: dict[str, float] = {}
+    for label, prob in model.rank(sample):
+        key = MACROLANGUAGES.get(label, label)
+        folded[key] = folded.get(key, 0.0) + prob
+    best = max(folded, key=folded.__getitem__)
+    return best, float(folded[best])
+
+
+def test_batch_prediction_is_py3langids_bit_for_bit(identifier):
+    import random
+    import unicodedata
+
+    from py3langid.langid import MODEL_FILE
+    from py3langid.langid import LanguageIdentifier as Py3LangId
+
+    model = Py3LangId.from_model_file(MODEL_FILE, norm_probs=True)
+    rng = random.Random(7)
+    pieces = [*SENTENCES.values(), CANTONESE]
+    texts = ["", "12 + 34 = 46", "x", "ǂ", "ÉCRIT EN MAJUSCULES, CE TEXTE EST LU EN MINUSCULES.",
+             unicodedata.normalize("NFD", SENTENCES["fr"]), "é" * 3000, SENTENCES["de"] * 40]
+    for _ in range(150):  # mixtures, cuts anywhere (mid-word, mid-character sequence), repeats
+        text = " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        texts.append(text[rng.randint(0, 40): rng.randint(1, len(text))])
+    expected = [_py3langid_reference(model, t) for t in texts]
+    assert identifier.predict_many(texts) == expected  # the lockstep walk (>= 32 texts)
+    assert [identifier.predict(t) for t in texts[:40]] == expected[:40]  # py3langid's loop, one by one
+    assert identifier.predict_many(texts[:5]) == expected[:5]
