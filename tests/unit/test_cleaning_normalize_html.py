@@ -100,6 +100,51 @@ def test_normalize_is_linear_on_pathological_runs():
         assert time.perf_counter() - start < 3.0
 
 
+def _whitespace_line_by_line(text: str, s: NormalizeSettings) -> tuple[str, bool]:
+    """The whitespace passes as first written (every line split off and stripped; control characters
+    found?): the reference that the substring-test shortcuts in normalize.py must reproduce exactly."""
+    from platform_assets.cleaning.normalize import _CONTROL_RE, _INNER_SPACES_RE, _LINE_BREAK_RE, _SPACES_RE
+
+    if s.normalize_whitespace:
+        text = _LINE_BREAK_RE.sub("\n", text)
+        text = _SPACES_RE.sub(" ", text)
+    controls = s.remove_control_chars and _CONTROL_RE.search(text) is not None
+    if controls:
+        text = _CONTROL_RE.sub("", text)
+    if s.normalize_whitespace:
+        if s.collapse_spaces:
+            text = _INNER_SPACES_RE.sub(" ", text)
+        out, blank = [], 0
+        for line in text.split("\n"):
+            line = line.rstrip(" \t")
+            blank = 0 if line else blank + 1
+            if blank <= s.max_blank_lines:
+                out.append(line)
+        text = "\n".join(out).strip("\n")
+        text = text.strip() if "\n" not in text else text
+    return text, controls
+
+
+@pytest.mark.parametrize("settings", [
+    NormalizeSettings(unicode_form=None, fix_mojibake=False),
+    NormalizeSettings(unicode_form=None, fix_mojibake=False, collapse_spaces=True, max_blank_lines=0),
+    NormalizeSettings(unicode_form=None, fix_mojibake=False, remove_control_chars=False, max_blank_lines=5),
+    NormalizeSettings(unicode_form=None, fix_mojibake=False, normalize_whitespace=False),
+])
+def test_whitespace_shortcuts_equal_the_line_by_line_passes(settings):
+    import random
+
+    rng = random.Random(5)
+    alphabet = [*"ab \t\n\r\x0b\x0c\x85\u2028\u2029\xa0\u3000\u2003\x1c\x1f\x00\x7f\ufeff\u200b\xadé",
+                "\r\n", "\n\n\n\n", " \n", "\t\n", "    ", "ab cd"]
+    for _ in range(4000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        counters: Counter[str] = Counter()
+        expected, controls = _whitespace_line_by_line(text, settings)
+        assert normalize_text(text, settings, counters) == expected, repr(text)
+        assert counters["control_chars_removed"] == int(controls), repr(text)
+
+
 # -- HTML ------------------------------------------------------------------------------------------------
 
 PAGE = """<!doctype html><html><head><title>City news</title>
