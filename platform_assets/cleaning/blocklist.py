@@ -10,6 +10,7 @@ those languages.
 from __future__ import annotations
 
 import importlib.resources
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,7 @@ from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
 DEFAULT_BLOCKLIST = "blocklist_en.txt"
 _WORD_RE = regex.compile(r"\w+")
+_ASCII_WORD_RE = re.compile(r"[0-9A-Za-z_]+")
 # Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar: written without spaces between words
 _UNSPACED_SCRIPT_RE = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
 
@@ -57,6 +59,7 @@ class Blocklist:
                 self.phrases.setdefault(len(words), set()).add(words)
         self.max_len = max(self.phrases, default=0)
         self.single = self.phrases.get(1, set())
+        self.single_words = {p[0] for p in self.single}
         # first words of multi-word phrases: n-grams are only built where a phrase can start
         self.phrase_starts = {p[0] for n, ps in self.phrases.items() if n > 1 for p in ps}
 
@@ -67,7 +70,12 @@ class Blocklist:
         """Distinct terms found; stops after `limit` of them (enough to decide)."""
         folded = text.casefold()
         found: dict[str, None] = {}
-        words = _WORD_RE.findall(folded) if self.phrases else []
+        # `re` on ASCII text: the same words (\w is [0-9A-Za-z_] there in both engines), ~2x faster
+        words = (_ASCII_WORD_RE if folded.isascii() else _WORD_RE).findall(folded) if self.phrases else []
+        # Most texts hold no listed word and no phrase's first word: two set tests in C settle that,
+        # where the loop below costs ~100 ns a word.
+        if self.single_words.isdisjoint(words) and self.phrase_starts.isdisjoint(words):
+            words = []
         for i, w in enumerate(words):
             if (w,) in self.single:
                 found.setdefault(w)

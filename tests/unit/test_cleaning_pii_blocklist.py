@@ -188,3 +188,38 @@ def test_blocklist_cost_does_not_depend_on_list_size():
     start = time.perf_counter()
     assert b.matches(text) == ["needle"]
     assert time.perf_counter() - start < 2.0
+
+
+def _matches_word_by_word(b: Blocklist, text: str, limit: int | None) -> list[str]:
+    """The matcher's loop alone, over `regex` words (no set pre-test, no `re` for ASCII): the reference."""
+    import regex
+
+    folded, found = text.casefold(), {}
+    words = regex.findall(r"\w+", folded)
+    for i, w in enumerate(words):
+        if (w,) in b.single:
+            found.setdefault(w)
+        if w not in b.phrase_starts:
+            continue
+        for n in range(2, b.max_len + 1):
+            gram = tuple(words[i: i + n])
+            if len(gram) == n and gram in b.phrases.get(n, ()):
+                found.setdefault(" ".join(gram))
+        if limit is not None and len(found) >= limit:
+            return list(found)
+    for term in b.substrings:
+        if term in folded:
+            found.setdefault(term)
+    return list(found)
+
+
+def test_blocklist_shortcuts_find_what_the_word_loop_finds():
+    import random
+
+    b = Blocklist(["spam", "bad word", "very bad word", "ſtraße", "悪い"])
+    rng = random.Random(8)
+    vocab = ["spam", "SPAM", "bad", "word", "very", "ok", "fine", "Straße", "STRASSE", "悪い", "x_y", "spammy"]
+    for _ in range(3000):
+        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12)))
+        for limit in (None, 1, 2):
+            assert b.matches(text, limit=limit) == _matches_word_by_word(b, text, limit), (text, limit)

@@ -3,7 +3,6 @@ lines and paragraphs, top and duplicate n-gram character fractions (n-grams in n
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Annotated, Literal
 
@@ -18,8 +17,9 @@ from platform_assets.cleaning.quality.ngrams import (
     ngram_levels,
     repeat_bound,
     top_ngram_chars,
+    union_bound,
 )
-from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines
+from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
 from platform_assets.cleaning.steps import Drop
 
 
@@ -44,7 +44,6 @@ class GopherRepetition(RuleSet):
     preset = "gopher_repetition"
     s: GopherRepetitionSettings
     settings_type = GopherRepetitionSettings
-    _PARAGRAPH_RE = re.compile(r"\n{2,}")
 
     def __init__(self, settings: GopherRepetitionSettings | None = None):
         super().__init__(settings)
@@ -59,8 +58,7 @@ class GopherRepetition(RuleSet):
         n_chars = len(text)
         if n_chars == 0:
             return Drop(f"{self.preset}.empty")
-        # no blank line: one paragraph (the regex split would return the same single item)
-        paragraphs = self._PARAGRAPH_RE.split(text.strip()) if "\n\n" in text else [text.strip()]
+        paragraphs = split_paragraphs(text)
         dup, dup_chars = duplicates(paragraphs)
         if d := self.drop_above("dup_para_frac", dup / len(paragraphs), s.dup_para_frac):
             return d
@@ -92,9 +90,12 @@ class GopherRepetition(RuleSet):
                 # A duplicate m-gram (m >= n) starts where an n-gram occurred before, so the m-grams at
                 # those positions bound what the dup checks from n on can count. Below every limit (most
                 # prose), none of them can fire: no walk, and no larger level is needed for them.
+                # The sum first (cheap), the union of the m-grams where the sum is not enough.
                 starts = level.pos[later]
                 if later.size == 0 or all(
-                    repeat_bound(starts, cum, m) <= s.dup_n_grams[m] * n_chars for m in rest
+                    repeat_bound(starts, cum, m) <= s.dup_n_grams[m] * n_chars
+                    or union_bound(starts, cum, m) <= s.dup_n_grams[m] * n_chars
+                    for m in rest
                 ):
                     measured.update({("dup", m): None for m in rest})  # None: cannot fire
                 else:

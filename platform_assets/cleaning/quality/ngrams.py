@@ -114,6 +114,22 @@ def repeat_bound(starts: np.ndarray, cum: np.ndarray, m: int) -> int:
     return int((cum[fits + m] - cum[fits]).sum())
 
 
+def union_bound(starts: np.ndarray, cum: np.ndarray, m: int) -> int:
+    """Characters in the union of the m-grams at `starts` (increasing; those that fit): a tighter
+    bound than :func:`repeat_bound`, which counts overlapping m-grams once each. The walk counts
+    disjoint m-grams, all at such starts, so it cannot count more. In repetitive text (a repeated
+    passage of k tokens has ~k overlapping later m-grams) this rules out most walks the sum cannot."""
+    fits = starts[: int(np.searchsorted(starts, len(cum) - 1 - m, side="right"))]
+    if fits.size == 0:
+        return 0
+    new_run = np.empty(fits.size, dtype=bool)
+    new_run[0] = True
+    np.greater_equal(fits[1:], fits[:-1] + m, out=new_run[1:])
+    run = np.flatnonzero(new_run)
+    ends = fits[np.append(run[1:] - 1, fits.size - 1)] + m
+    return int((cum[ends] - cum[fits[run]]).sum())
+
+
 def dup_ngram_chars(
     level: Level, cum: np.ndarray, stop_above: float, candidates: np.ndarray | None = None
 ) -> int | None:

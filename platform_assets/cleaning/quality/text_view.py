@@ -31,9 +31,43 @@ _FIRST_CHAR = itemgetter(0)
 _ASCII_WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
 
 
+_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]+")
+# Above this many runs of non-ASCII characters a text goes to `regex` whole (the split below costs a
+# few microseconds a run); English text with a few curly quotes or accents stays far below.
+_MAX_NON_ASCII_RUNS = 256
+
+
 def split_words(text: str) -> list[str]:
-    """Words and punctuation tokens, e.g. "Hello, world..." -> ["Hello", ",", "world", "..."]."""
-    return (_ASCII_TOKEN_RE if text.isascii() else _TOKEN_RE).findall(text)
+    """Words and punctuation tokens, e.g. "Hello, world..." -> ["Hello", ",", "world", "..."].
+
+    A token never spans whitespace, so a text can be tokenised piecewise at newlines: the lines that
+    hold a non-ASCII character go to `regex`, the runs of ASCII lines between them to `re` (~2x
+    faster): in English prose with a few curly quotes most of the text is in the ASCII runs.
+    """
+    if text.isascii():
+        return _ASCII_TOKEN_RE.findall(text)
+    spans: list[tuple[int, int]] = []  # lines holding non-ASCII characters, merged, in order
+    for k, m in enumerate(_NON_ASCII_RE.finditer(text)):
+        if k == _MAX_NON_ASCII_RUNS:
+            return _TOKEN_RE.findall(text)
+        start, end = m.span()
+        if spans and start <= spans[-1][1]:
+            continue  # on a line already taken (a line's end is past every run in it)
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        line_end = len(text) if line_end < 0 else line_end
+        if spans and line_start <= spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], line_end)
+        else:
+            spans.append((line_start, line_end))
+    tokens: list[str] = []
+    done = 0
+    for start, end in spans:
+        tokens += _ASCII_TOKEN_RE.findall(text, done, start)
+        tokens += _TOKEN_RE.findall(text, start, end)
+        done = end
+    tokens += _ASCII_TOKEN_RE.findall(text, done)
+    return tokens
 
 
 class Vocab(NamedTuple):
@@ -146,3 +180,16 @@ def split_lines(text: str) -> list[str]:
     if not parts[-1]:
         lines.append("")
     return lines
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """re.split(r"\n{2,}", text.strip()), which datatrove uses, from str.split (~5x faster): a run of k
+    newlines leaves k // 2 - 1 empty pieces and, for odd k, one newline in front of the next paragraph
+    (which cannot start with another: the run is maximal, and a stripped text ends in no newline)."""
+    text = text.strip()
+    if "\n\n" not in text:
+        return [text]
+    pieces = text.split("\n\n")
+    if "\n\n\n" not in text:
+        return pieces
+    return [p[1:] if p[0] == "\n" else p for p in pieces if p]
