@@ -20,7 +20,7 @@ import unicodedata
 from collections import Counter
 
 import ftfy
-from ftfy.badness import is_bad
+from ftfy.badness import BADNESS_RE, is_bad
 
 from platform_assets.cleaning.settings import NormalizeSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
@@ -83,6 +83,69 @@ _INNER_SPACES_RE = re.compile(r"(?<![ \t])[ \t]{2,}")  # starts only at a run's 
 _ASCII_NOT_CONTROL = bytes(c for c in range(128) if c not in _CONTROL_CODEPOINTS)
 
 
+def _badness_radius() -> int | None:
+    """How far around a non-ASCII character ftfy's BADNESS_RE can match, if every one of its
+    alternatives is a bounded run of single characters with at least one that must be non-ASCII: then
+    a match lies within (longest alternative - 1) characters of a non-ASCII run, and `is_bad` can
+    search only there. None (search everything) if an ftfy release changes that shape."""
+    import re._constants as c
+    import re._parser as sre_parse
+
+    from ftfy.badness import BADNESS_RE
+
+    single = {c.LITERAL, c.NOT_LITERAL, c.IN, c.ANY, c.CATEGORY}
+    try:
+        (op, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
+    except (ValueError, TypeError):
+        return None
+    if op is not c.BRANCH:
+        return None
+    longest = 0
+    for branch in branches:
+        length, anchored = 0, False
+        for op, av in branch:
+            if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[1] is not c.MAXREPEAT and len(av[2]) == 1 \
+                    and av[2][0][0] in single:
+                length += av[1]
+                continue
+            if op is c.AT and av in (c.AT_BEGINNING, c.AT_BEGINNING_STRING):
+                continue  # "^": the string's own start, which search(text, pos) does not move
+            if op not in single:
+                return None
+            length += 1
+            if op is c.LITERAL:
+                anchored |= av >= 0x80
+            elif op is c.IN and all(kind in (c.LITERAL, c.RANGE) for kind, _ in av):  # not negated
+                anchored |= min(x if kind is c.LITERAL else x[0] for kind, x in av) >= 0x80
+        if not anchored:
+            return None
+        longest = max(longest, length)
+    return longest - 1
+
+
+_BADNESS_RADIUS = _badness_radius()
+_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]+")
+
+
+def _is_bad(text: str) -> bool:
+    """ftfy's `is_bad`, searching only around non-ASCII runs (see _badness_radius): on English text
+    with a few accents or quotes that is a few hundred characters, where the full search runs at
+    ~4 MB/s (its alternatives are tried at every position)."""
+    if _BADNESS_RADIUS is None:
+        return is_bad(text)
+    search, radius = BADNESS_RE.search, _BADNESS_RADIUS
+    start = end = -1
+    for m in _NON_ASCII_RE.finditer(text):
+        a, b = m.span()
+        if a - radius <= end:  # overlaps the current window: extend it
+            end = b + radius
+            continue
+        if end >= 0 and search(text, max(0, start), end):
+            return True
+        start, end = a - radius, b + radius
+    return end >= 0 and search(text, max(0, start), end) is not None
+
+
 def normalize_text(text: str, settings: NormalizeSettings, counters: Counter[str] | None = None) -> str:
     """One text through the configured normalisation passes."""
     counters = counters if counters is not None else Counter()
@@ -109,7 +172,7 @@ def _strip_lines(text: str, max_blank_lines: int) -> str:
 def _repair(text: str, s: NormalizeSettings, counters: Counter[str]) -> str:
     """Mojibake and the Unicode normal form: per document (ftfy), and only for text that can need it."""
     if s.fix_mojibake and (not text.isascii() or "\x1b" in text):
-        if _NEEDS_FTFY_RE.search(text) or (_MAYBE_MOJIBAKE_RE.search(text) and is_bad(text)):
+        if _NEEDS_FTFY_RE.search(text) or (_MAYBE_MOJIBAKE_RE.search(text) and _is_bad(text)):
             fixed = ftfy.fix_text(text, _FTFY_CONFIG)
             if fixed != text:
                 counters["mojibake_fixed"] += 1
