@@ -52,6 +52,7 @@ _LETTER_RE = regex.compile(r"\p{L}")
 _MODEL_LOCK = threading.Lock()
 _MODEL: _Model | None = None
 _LOCKSTEP_MIN = 32
+_LOCKSTEP_BYTES = 1_000_000
 
 
 class _Model:
@@ -123,8 +124,19 @@ class LanguageIdentifier:
         if not samples:
             return out
         # The lockstep walk costs a few numpy calls per byte position whatever the batch size: below
-        # ~32 samples py3langid's own per-byte loop is cheaper.
-        features = self._features(samples) if len(samples) >= _LOCKSTEP_MIN else list(map(self._walk, samples))
+        # ~32 samples py3langid's own per-byte loop is cheaper. Its arrays take ~40 bytes per sample
+        # byte, so it goes _LOCKSTEP_BYTES of samples at a time (~40 MB), whatever the batch.
+        if len(samples) < _LOCKSTEP_MIN:
+            features = list(map(self._walk, samples))
+        else:
+            features, group, size = [], [], 0
+            for sample in samples:
+                group.append(sample)
+                size += len(sample)
+                if size >= _LOCKSTEP_BYTES:
+                    features += self._features(group)
+                    group, size = [], 0
+            features += self._features(group) if group else []
         for i, best in zip(rows, self._decide(features), strict=True):
             out[i] = best
         return out
