@@ -377,6 +377,32 @@ def test_paragraphs_split_as_the_regex_does():
         assert split_paragraphs(text) == re.split(r"\n{2,}", text.strip()), repr(text)
 
 
+def test_ascii_byte_vocabulary_equals_the_regex_and_dict_one():
+    # long ASCII texts take the byte path (ascii_vocab.py); the reference is the token list + dict
+    from platform_assets.cleaning.quality.text_view import ASCII_VOCAB_MIN_CHARS
+
+    rng = random.Random(2)
+    alphabet = [*"ab_1 .-'\n\t,!\x1c\x00\x7f{}TH", "abcdefghij", "x.y", "don't", "...", "a-b", "The", "THAT",
+                "with", "HaVe", "3.14", "__init__"]
+    stop_sets = [frozenset(presets.GOPHER_STOP_WORDS), frozenset(["that", "a-b"]), frozenset(["naïve", "the"]),
+                 frozenset(["abcdefghij"]), frozenset()]
+    for _ in range(600):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(ASCII_VOCAB_MIN_CHARS, 1600)))
+        ref, fast = TextView(text), TextView(text)
+        ref.tokens  # noqa: B018 - tokens first: the regex and dict path
+        a, b = ref.vocab, fast.vocab
+        assert b.spans is not None and a.spans is None
+        assert list(a.tokens) == list(b.tokens) and len(a.tokens) == len(b.tokens)
+        for field in ("ids", "counts", "lengths", "first"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+        sa, sb = ref.word_stats, fast.word_stats
+        assert (sa.count, sa.chars) == (sb.count, sb.chars) and np.array_equal(sa.distinct_counts, sb.distinct_counts)
+        assert np.array_equal(sa.has_letter(), sb.has_letter())
+        for stop in stop_sets:
+            assert sa.lowered_in(stop) == sb.lowered_in(stop), stop
+        assert sb.distinct == sa.distinct and ref.n_tokens == fast.n_tokens
+
+
 def test_grouping_by_sort_equals_the_stable_argsort():
     rng = np.random.default_rng(5)
     for size in (1, 2, 7, 100, 5000):

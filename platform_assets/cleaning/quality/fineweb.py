@@ -56,7 +56,7 @@ class FineWeb(RuleSet):
             if d := self.drop_above("char_dup_ratio", ratio, s.char_duplicates_ratio):
                 return d
         if s.new_line_ratio is not None:
-            n_tokens = len(view.tokens)
+            n_tokens = view.n_tokens
             ratio = text.count("\n") / n_tokens if n_tokens else float("inf")
             if d := self.drop_above("list_ratio", ratio, s.new_line_ratio):
                 return d

@@ -6,18 +6,12 @@ from collections import Counter
 from operator import methodcaller
 from typing import Literal
 
-import numpy as np
-import regex
-
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Count, Langs, Preset, Ratio, RuleSet, ScopedSettings
 from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import Drop
 
 _ENDS_WITH_ELLIPSIS = methodcaller("endswith", ("...", "…"))
-
-
-_ALPHA_RE = regex.compile(r"\p{L}")
 
 
 class GopherQualitySettings(ScopedSettings):
@@ -84,15 +78,12 @@ class GopherQuality(RuleSet):
                 return d
         if s.min_alpha_words_ratio is not None:
             # over distinct words, weighted by their counts
-            has_letter = np.fromiter(
-                map(bool, map(_ALPHA_RE.search, stats.distinct)), dtype=bool, count=len(stats.distinct)
-            )
-            alpha = int(stats.distinct_counts[has_letter].sum())
+            alpha = int(stats.distinct_counts[stats.has_letter()].sum())
             if d := self.drop_below("alpha_words_ratio", alpha / n_words, s.min_alpha_words_ratio):
                 return d
         if s.min_stop_words is not None:
             # Case-folded (the paper lists the words; datatrove compares case-sensitively).
-            found = self.stop_words.intersection(map(str.lower, stats.distinct))
+            found = stats.lowered_in(self.stop_words)
             if d := self.drop_below("stop_words", len(found), s.min_stop_words):
                 return d
         return None

@@ -70,7 +70,7 @@ class GopherRepetition(RuleSet):
             return d
         if d := self.drop_above("dup_line_char_frac", dup_chars / n_chars, s.dup_line_char_frac):
             return d
-        if len(view.tokens) < 2 or not self._max_n:
+        if view.n_tokens < 2 or not self._max_n:
             return None
         vocab = view.vocab
         cum = np.zeros(len(vocab.ids) + 1, dtype=np.int64)  # characters before each token

@@ -70,7 +70,7 @@ def ngram_levels(vocab: Vocab, max_n: int) -> Iterator[Level]:
     (n-1)-gram, id of its last token), packed into one int64.
     """
     word_ids = vocab.ids
-    n_tokens, n_distinct = len(word_ids), len(vocab.tokens)
+    n_tokens, n_distinct = len(word_ids), len(vocab.counts)
     level = Level(1, np.arange(n_tokens, dtype=np.int64), word_ids, vocab.counts, vocab.first)
     while True:
         yield level

@@ -25,7 +25,7 @@ class SymbolRatio(RuleSet):
     settings_type = SymbolRatioSettings
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
-        n_tokens = len(view.tokens)
+        n_tokens = view.n_tokens
         if n_tokens == 0:
             return Drop(f"{self.preset}.no_words")
         symbols = sum(view.text.count(sym) for sym in self.s.symbols)

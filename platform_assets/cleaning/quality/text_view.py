@@ -6,10 +6,11 @@ so the text is tokenised once per document, not once per rule set (tokenising is
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cached_property
 from itertools import count
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import regex
@@ -27,6 +28,9 @@ _TOKEN_RE = regex.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]+")
 # classes are spelt out because `re`'s \s also matches \x1c-\x1f, which `regex`'s does not.
 _ASCII_TOKEN_RE = re.compile(r"[0-9A-Za-z_]+(?:[-'.][0-9A-Za-z_]+)*+|[^0-9A-Za-z_\t\n\x0b\x0c\r ]+")
 _WORD_START_RE = regex.compile(r"\w")
+_LETTER_RE = regex.compile(r"\p{L}")
+# Below this size the byte path's fixed cost (~20 numpy calls) exceeds the regex and the dict
+ASCII_VOCAB_MIN_CHARS = 1024
 _FIRST_CHAR = itemgetter(0)
 _ASCII_WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
 
@@ -73,8 +77,8 @@ def split_words(text: str) -> list[str]:
 class Vocab(NamedTuple):
     """The distinct tokens of a text and where each occurs."""
 
-    tokens: list[str]
-    """Distinct tokens, in order of first appearance."""
+    tokens: Sequence[str]
+    """Distinct tokens, in order of first appearance (made on first use by the ASCII byte path)."""
     ids: np.ndarray
     """int64, one per token of the text: its index in `tokens`."""
     counts: np.ndarray
@@ -83,16 +87,39 @@ class Vocab(NamedTuple):
     """Each distinct token's length in characters."""
     first: np.ndarray
     """Each distinct token's first position."""
+    spans: Any = None
+    """ascii_vocab.Spans when the vocabulary was read from the text's bytes: the distinct tokens as
+    byte ranges, from which word figures are computed without a string per token."""
 
 
-class WordStats(NamedTuple):
+class WordStats:
     """Word-level figures of a text (words: tokens that are not punctuation or symbols)."""
 
-    count: int
-    chars: int
-    distinct: list[str]
-    """Distinct words, in order of first appearance."""
-    distinct_counts: np.ndarray
+    __slots__ = ("count", "chars", "distinct_counts", "_distinct", "_spans")
+
+    def __init__(self, count: int, chars: int, distinct_counts: np.ndarray, distinct: list[str] | None = None,
+                 spans: Any = None):
+        self.count, self.chars, self.distinct_counts = count, chars, distinct_counts
+        self._distinct, self._spans = distinct, spans
+
+    @property
+    def distinct(self) -> list[str]:
+        """Distinct words, in order of first appearance."""
+        if self._distinct is None:
+            self._distinct = self._spans.strings()
+        return self._distinct
+
+    def has_letter(self) -> np.ndarray:
+        """Per distinct word: does it hold a letter (\\p{L})?"""
+        if self._spans is not None:
+            return self._spans.has_letter()
+        words = self.distinct
+        return np.fromiter(map(bool, map(_LETTER_RE.search, words)), dtype=bool, count=len(words))
+
+    def lowered_in(self, words: frozenset[str]) -> set[str]:
+        """The members of `words` that some distinct word equals once lower-cased."""
+        found = self._spans.lowered_in(words) if self._spans is not None else None
+        return found if found is not None else set(words.intersection(map(str.lower, self.distinct)))
 
 
 class TextView:
@@ -112,7 +139,15 @@ class TextView:
         return split_words(self.text)
 
     @cached_property
+    def n_tokens(self) -> int:
+        return len(self.vocab.ids)
+
+    @cached_property
     def vocab(self) -> Vocab:
+        if self.text.isascii() and len(self.text) >= ASCII_VOCAB_MIN_CHARS and "tokens" not in self.__dict__:
+            from platform_assets.cleaning.quality.ascii_vocab import ascii_vocab
+
+            return ascii_vocab(self.text)
         tokens = self.tokens
         n = len(tokens)
         # One C loop over the tokens (map over dict.setdefault): each token's first position...
@@ -129,6 +164,11 @@ class TextView:
     @cached_property
     def word_stats(self) -> WordStats:
         vocab = self.vocab
+        if vocab.spans is not None:
+            is_word = vocab.spans.starts_word()
+            counts = vocab.counts[is_word]
+            return WordStats(int(counts.sum()), int(counts @ vocab.lengths[is_word]), counts,
+                             spans=vocab.spans.subset(is_word))
         n = len(vocab.tokens)
         # a token is a word iff it starts with a word character (punctuation tokens have none): a set
         # lookup of the first character for ASCII ones, the regex for the others
@@ -142,8 +182,8 @@ class TextView:
         return WordStats(
             int(counts.sum()),
             int(counts @ vocab.lengths[is_word]),
-            [t for t, w in zip(vocab.tokens, is_word.tolist(), strict=True) if w],
             counts,
+            [t for t, w in zip(vocab.tokens, is_word.tolist(), strict=True) if w],
         )
 
     @cached_property

@@ -1,0 +1,149 @@
+"""The vocabulary of an ASCII text (text_view.Vocab) from its bytes, in numpy, without a Python string
+per token: the same tokens as text_view's ASCII pattern, the same ids, counts and first positions.
+
+Tokenising with `re` (~20 MB/s: a string object per token) and numbering the tokens with a dict were
+~40% of the quality step on real English text. Here a token is a run of one kind of byte: word bytes
+([0-9A-Za-z_], and a joiner [-'.] between two of them: the pattern's `\\w+(?:[-'.]\\w+)*`) or other
+non-space bytes (its `[^\\w\\s]+`); the pattern's matches are exactly those maximal runs, since a word
+match takes every joiner it can and a punctuation match every non-word byte. A token of up to 7 bytes
+is numbered by its bytes packed into an int64 (with its length), a longer one (~1 in 10) through a
+dict of its string; np.unique then gives dense ids, renumbered in order of first appearance as the
+dict-based vocabulary numbers them. Only the distinct tokens become strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from platform_assets.cleaning.quality.text_view import Vocab
+
+_SPACE, _WORD, _JOINER, _OTHER = 0, 1, 2, 3
+_KIND = np.full(256, _OTHER, dtype=np.uint8)
+_KIND[list(b"\t\n\x0b\x0c\r ")] = _SPACE  # the pattern's whitespace: not \x1c-\x1f, which `re` calls space
+_KIND[list(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")] = _WORD
+_KIND[list(b"-'.")] = _JOINER
+_LONG = np.int64(1) << 60  # key space of the tokens numbered through the dict
+_LETTER = np.zeros(256, dtype=np.int32)
+_LETTER[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")] = 1
+_UPPER = np.zeros(256, dtype=np.uint8)
+_UPPER[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")] = 1
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)], dtype=np.uint64)
+
+
+def ascii_vocab(text: str) -> Vocab:
+    """text_view.TextView(text).vocab for an ASCII `text`, computed from its bytes."""
+    raw = text.encode("ascii")
+    size = len(raw)
+    data = np.frombuffer(raw + bytes(8), dtype=np.uint8)  # 8 spare bytes: unaligned 8-byte reads
+    kind = _KIND[data[:size]]
+    word = kind == _WORD
+    # 1 = part of a word (a word byte, or a joiner with word bytes on both sides), 2 = other non-space
+    run = np.where(kind == _SPACE, 0, 2).astype(np.int8)
+    run[word] = 1
+    if size > 2:
+        inside = (kind[1:-1] == _JOINER) & word[:-2] & word[2:]
+        run[1:-1][inside] = 1
+    edge = np.empty(size + 1, dtype=bool)
+    edge[0] = edge[size] = True
+    np.not_equal(run[1:], run[:-1], out=edge[1:size])
+    bounds = np.flatnonzero(edge)  # run starts, then the end
+    starts, ends = bounds[:-1], bounds[1:]
+    keep = run[starts] != 0
+    starts, ends = starts[keep], ends[keep]
+    lengths = ends - starts
+    n = starts.size
+    if n == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return Vocab([], empty, empty.copy(), empty.copy(), empty.copy())
+    # 8 bytes from each start, as one little-endian integer (a strided view of the buffer)
+    words8 = np.ndarray((size,), dtype="<u8", buffer=data, strides=(1,))[starts]
+    short = lengths <= 7
+    packed = (words8 & _MASKS[np.minimum(lengths, 7)]) | (lengths.astype(np.uint64) << np.uint64(56))
+    keys = packed.view(np.int64)  # < 2^59 for the short tokens; the long ones are replaced below
+    if not short.all():
+        index: dict[str, int] = {}
+        long_at = np.flatnonzero(~short)
+        strings = [text[a:b] for a, b in zip(starts[long_at].tolist(), ends[long_at].tolist(), strict=True)]
+        keys[long_at] = _LONG + np.fromiter(map(index.setdefault, strings, range(len(strings))), np.int64,
+                                            count=len(strings))
+    uniq, first_at, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first_at)  # distinct tokens in order of first appearance
+    renumber = np.empty(uniq.size, dtype=np.int64)
+    renumber[order] = np.arange(uniq.size, dtype=np.int64)
+    ids = renumber[inverse.ravel()]
+    first = first_at[order]
+    spans = Spans(text, data, starts[first], ends[first])
+    return Vocab(_Strings(spans), ids, np.bincount(ids, minlength=uniq.size), lengths[first], first, spans)
+
+
+class Spans:
+    """Distinct tokens as byte ranges of one ASCII text, and the word figures read from the bytes."""
+
+    __slots__ = ("text", "data", "starts", "ends")
+
+    def __init__(self, text: str, data: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+        self.text, self.data, self.starts, self.ends = text, data, starts, ends
+
+    def strings(self) -> list[str]:
+        text = self.text
+        return [text[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
+
+    def starts_word(self) -> np.ndarray:
+        """A token is a word iff its first byte is a word byte (a joiner only ever sits inside one)."""
+        return _KIND[self.data[self.starts]] == _WORD
+
+    def subset(self, mask: np.ndarray) -> Spans:
+        return Spans(self.text, self.data, self.starts[mask], self.ends[mask])
+
+    def has_letter(self) -> np.ndarray:
+        """Per token: a byte in A-Z or a-z (the letters of ASCII text)."""
+        letters = np.zeros(self.data.size + 1, dtype=np.int32)
+        np.cumsum(_LETTER[self.data], out=letters[1:])
+        return letters[self.ends] > letters[self.starts]
+
+    def lowered_in(self, words: frozenset[str]) -> set[str] | None:
+        """The members of `words` equal to a lower-cased token (str.lower of ASCII: A-Z to a-z), by
+        packed 8-byte keys; None when a member is not ASCII or longer than 7 characters."""
+        if not words or not all(w.isascii() and 0 < len(w) <= 7 for w in words):
+            return None if words else set()
+        lengths = self.ends - self.starts
+        sizes = np.array(sorted({len(w) for w in words}), dtype=np.int64)
+        pick = np.isin(lengths, sizes)  # only tokens as long as some member can equal one
+        at, short = self.starts[pick], lengths[pick]
+        lanes = np.ndarray((self.data.size - 8,), dtype="<u8", buffer=self.data, strides=(1,))[at]
+        lanes = lanes.view(np.uint8).reshape(-1, 8)
+        lanes = lanes + _UPPER[lanes] * np.uint8(32)  # str.lower of ASCII: A-Z to a-z
+        keys = (lanes.reshape(-1).view("<u8") & _MASKS[short]) | (short.astype(np.uint64) << np.uint64(56))
+        wanted = {_pack(w): w for w in words}
+        hits = np.isin(np.fromiter(wanted, dtype=np.uint64, count=len(wanted)), keys)
+        return {w for w, hit in zip(wanted.values(), hits.tolist(), strict=True) if hit}
+
+
+class _Strings(Sequence):
+    """The distinct tokens as strings, made when first asked for (word figures do not need them)."""
+
+    def __init__(self, spans: Spans):
+        self._spans, self._list = spans, None
+
+    def _strings(self) -> list[str]:
+        if self._list is None:
+            self._list = self._spans.strings()
+        return self._list
+
+    def __len__(self) -> int:
+        return self._spans.starts.size
+
+    def __getitem__(self, i):
+        return self._strings()[i]
+
+    def __iter__(self):
+        return iter(self._strings())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+
+def _pack(word: str) -> int:
+    return int.from_bytes(word.encode("ascii"), "little") | (len(word) << 56)
