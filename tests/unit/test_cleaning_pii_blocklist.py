@@ -223,3 +223,23 @@ def test_blocklist_shortcuts_find_what_the_word_loop_finds():
         text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12)))
         for limit in (None, 1, 2):
             assert b.matches(text, limit=limit) == _matches_word_by_word(b, text, limit), (text, limit)
+
+
+def test_phone_and_ipv6_searches_find_what_the_plain_patterns_find():
+    # the phone pattern rewritten to start with a character class, the IPv6 search behind a hint: the
+    # same candidates as the patterns as first written
+    import random
+    import re
+
+    from platform_assets.cleaning.pii import _IPV6_HINT_RE, _IPV6_RE, _PHONE_RE
+
+    plain_phone = re.compile(
+        r"(?<![\w+.-])(?:\+\d{1,3}+(?:[ .-]?\(?\d{1,4}+\)?){1,5}+|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}"
+        r"|\d{3}([.-])\d{3}\1\d{4}|\d{3} \d{3} \d{4}|0\d{1,4}+(?:[ .-]\d{2,8}+){2,4}+)(?![\w-]|\.\d)")
+    rng = random.Random(12)
+    alphabet = [*"0123456789 .-+()x:aF\n", "555", "+1 ", "(415) ", "020 ", "::", "fe80:"]
+    for _ in range(30000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert [m.span() for m in _PHONE_RE.finditer(text)] == [m.span() for m in plain_phone.finditer(text)], text
+        if _IPV6_RE.search(text):
+            assert _IPV6_HINT_RE.search(text), text
