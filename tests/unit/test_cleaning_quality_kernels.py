@@ -62,21 +62,25 @@ def test_paragraphs_split_as_the_regex_does():
         assert split_paragraphs(text) == re.split(r"\n{2,}", text.strip()), repr(text)
 
 
-def test_ascii_byte_vocabulary_equals_the_regex_and_dict_one():
-    # long ASCII texts take the byte path (ascii_vocab.py); the reference is the token list + dict
-    from platform_assets.cleaning.quality.text_view import ASCII_VOCAB_MIN_CHARS
+def test_array_vocabulary_equals_the_regex_and_dict_one():
+    # long texts take the array path (array_vocab.py): ASCII through byte tables, the rest of the BMP
+    # through `regex`'s classes per code point; the reference is the token list + dict. Beyond the BMP
+    # (the emoji) the regex path stays.
+    from platform_assets.cleaning.quality.text_view import ARRAY_VOCAB_MIN_CHARS
 
     rng = random.Random(2)
-    alphabet = [*"ab_1 .-'\n\t,!\x1c\x00\x7f{}TH", "abcdefghij", "x.y", "don't", "...", "a-b", "The", "THAT",
-                "with", "HaVe", "3.14", "__init__"]
+    ascii_pieces = [*"ab_1 .-'\n\t,!\x1c\x00\x7f{}TH", "abcdefghij", "x.y", "don't", "...", "a-b", "The",
+                    "THAT", "with", "HaVe", "3.14", "__init__"]
+    other_pieces = [*"é’“”\u0301\u3000\xa0ÄΩж中\u212a\u200d", "naïve", "don’t", "\u212ahe", "\U0001F600"]
     stop_sets = [frozenset(presets.GOPHER_STOP_WORDS), frozenset(["that", "a-b"]), frozenset(["naïve", "the"]),
-                 frozenset(["abcdefghij"]), frozenset()]
-    for _ in range(600):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(ASCII_VOCAB_MIN_CHARS, 1600)))
+                 frozenset(["abcdefghij"]), frozenset(["khe"]), frozenset()]
+    for i in range(900):
+        pieces = ascii_pieces if i % 3 == 0 else ascii_pieces + other_pieces
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(ARRAY_VOCAB_MIN_CHARS, 1600)))
         ref, fast = TextView(text), TextView(text)
         ref.tokens  # noqa: B018 - tokens first: the regex and dict path
         a, b = ref.vocab, fast.vocab
-        assert b.spans is not None and a.spans is None
+        assert a.spans is None and (b.spans is not None) == (max(text) <= "\uffff")
         assert list(a.tokens) == list(b.tokens) and len(a.tokens) == len(b.tokens)
         for field in ("ids", "counts", "lengths", "first"):
             assert np.array_equal(getattr(a, field), getattr(b, field)), field

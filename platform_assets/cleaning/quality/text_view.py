@@ -29,8 +29,8 @@ _TOKEN_RE = regex.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]+")
 _ASCII_TOKEN_RE = re.compile(r"[0-9A-Za-z_]+(?:[-'.][0-9A-Za-z_]+)*+|[^0-9A-Za-z_\t\n\x0b\x0c\r ]+")
 _WORD_START_RE = regex.compile(r"\w")
 _LETTER_RE = regex.compile(r"\p{L}")
-# Below this size the byte path's fixed cost (~20 numpy calls) exceeds the regex and the dict
-ASCII_VOCAB_MIN_CHARS = 1024
+# Below this size the array path's fixed cost (~25 numpy calls) exceeds the regex and the dict
+ARRAY_VOCAB_MIN_CHARS = 1024
 _FIRST_CHAR = itemgetter(0)
 _ASCII_WORD_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
 
@@ -88,8 +88,8 @@ class Vocab(NamedTuple):
     first: np.ndarray
     """Each distinct token's first position."""
     spans: Any = None
-    """ascii_vocab.Spans when the vocabulary was read from the text's bytes: the distinct tokens as
-    byte ranges, from which word figures are computed without a string per token."""
+    """array_vocab.Spans when the vocabulary was read from the text's characters as an array: the
+    distinct tokens as ranges, from which word figures are computed without a string per token."""
 
 
 class WordStats:
@@ -144,10 +144,12 @@ class TextView:
 
     @cached_property
     def vocab(self) -> Vocab:
-        if self.text.isascii() and len(self.text) >= ASCII_VOCAB_MIN_CHARS and "tokens" not in self.__dict__:
-            from platform_assets.cleaning.quality.ascii_vocab import ascii_vocab
+        if len(self.text) >= ARRAY_VOCAB_MIN_CHARS and "tokens" not in self.__dict__:
+            from platform_assets.cleaning.quality.array_vocab import array_vocab
 
-            return ascii_vocab(self.text)
+            vocab = array_vocab(self.text)
+            if vocab is not None:
+                return vocab
         tokens = self.tokens
         n = len(tokens)
         # One C loop over the tokens (map over dict.setdefault): each token's first position...
