@@ -200,8 +200,32 @@ class LanguageIdentifier:
         idx = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
         return idx, np.fromiter(visits.values(), dtype=np.float32, count=len(visits)), len(sample)
 
+    def _decide_one(self, idx: np.ndarray, counts: np.ndarray, size: int) -> tuple[str, float]:
+        """:meth:`_decide` for one sample, as py3langid computes it (a matrix costs more for one row)."""
+        m = self._m
+        if idx.size:
+            scores = np.log1p(counts) @ m.weights[idx] + m.prior
+        else:
+            scores = np.zeros(len(m.classes), dtype=np.float32)
+        scores *= 1.0 / math.sqrt(size or 1)
+        np.exp(scores - scores.max(), out=scores)
+        scores /= scores.sum()
+        for i, j in m.alias_pairs:
+            scores[i] += scores[j]
+            scores[j] = 0.0
+        merged: dict[str, float] = {}
+        for lang, score in zip(m.classes, scores.tolist(), strict=True):
+            merged.setdefault(lang, score)
+        folded: dict[str, float] = defaultdict(float)
+        for label, prob in sorted(merged.items(), key=_SECOND, reverse=True):
+            folded[self._fold.get(label, label)] += prob
+        best = max(folded, key=folded.__getitem__)
+        return best, float(folded[best])
+
     def _decide(self, features: list[tuple[np.ndarray, np.ndarray, int]]) -> list[tuple[str, float]]:
         """py3langid 0.4.0's `_raw_score`, `_decide` (norm_probs) and `rank`, then the folding."""
+        if len(features) < _LOCKSTEP_MIN:
+            return [self._decide_one(*f) for f in features]
         m = self._m
         scores = np.zeros((len(features), len(m.classes)), dtype=np.float32)
         scale = np.empty(len(features), dtype=np.float32)
