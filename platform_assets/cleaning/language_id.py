@@ -52,7 +52,7 @@ _LETTER_RE = regex.compile(r"\p{L}")
 _MODEL_LOCK = threading.Lock()
 _MODEL: _Model | None = None
 _LOCKSTEP_MIN = 32
-_LOCKSTEP_BYTES = 1_000_000
+_LOCKSTEP_BYTES = 250_000
 
 
 class _Model:
@@ -125,7 +125,8 @@ class LanguageIdentifier:
             return out
         # The lockstep walk costs a few numpy calls per byte position whatever the batch size: below
         # ~32 samples py3langid's own per-byte loop is cheaper. Its arrays take ~40 bytes per sample
-        # byte, so it goes _LOCKSTEP_BYTES of samples at a time (~40 MB), whatever the batch.
+        # byte, so it goes _LOCKSTEP_BYTES of samples at a time (~10 MB; 1 MB groups: +43 MB peak on the
+        # real sample for ~7% less time), whatever the batch.
         if len(samples) < _LOCKSTEP_MIN:
             features = list(map(self._walk, samples))
         else:
