@@ -18,6 +18,9 @@ proportion. The child builds record batches of the documents schema from them in
 (`io.batch_rows` rows, as the stage cuts them); the timed work is `process_batch` over every batch.
 Input MB = the UTF-8 bytes of the texts (10^6 bytes).
 
+Per step, each round records the CPU time of its calls (`step_cpu_seconds`; the table shows the main
+steps'), so a run also says where the time went on each side.
+
 Identity: `finish` hashes every output column of the kept documents, the exclusion rows (id, rule,
 value, bytes) and the funnel (every step's counts and counters); `check` fails the run if any differs
 between the two sides, naming what differs.
@@ -31,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +168,8 @@ def _side(spec: Spec) -> Prepared:
 
     batches = _batches(spec)
     pipeline = build_pipeline(CleaningSettings())
+    step_cpu = {step.name: 0.0 for step in pipeline.steps}
+    pipeline.steps = [_Timed(step, step_cpu) for step in pipeline.steps]
     pa.array(["x"])  # pyarrow imports pandas on the first pa.array() of a Python list: untimed
 
     def work():
@@ -190,9 +196,26 @@ def _side(spec: Spec) -> Prepared:
                         "exclusions": _digest(excl), "funnel": hashlib.sha256(
                             json.dumps(funnel, sort_keys=True).encode()).hexdigest()},
             "platform_assets": sys.modules["platform_assets"].__file__,
+            "step_cpu_seconds": step_cpu,
         }
 
     return Prepared(work, finish)
+
+
+class _Timed:
+    """A step whose calls add their CPU time (this process) to `cpu[name]`: where the time goes, per
+    step, in every round's record (the steps' own `seconds` are wall time)."""
+
+    def __init__(self, step: Any, cpu: dict[str, float]):
+        self.step, self.name, self.cpu = step, step.name, cpu
+        self.added_fields = step.added_fields
+
+    def __call__(self, batch: Any) -> Any:
+        start = time.process_time()
+        try:
+            return self.step(batch)
+        finally:
+            self.cpu[self.name] += time.process_time() - start
 
 
 def run_ours(spec: Spec, run_dir: Path) -> Prepared:
@@ -234,6 +257,8 @@ BENCHMARK = Benchmark(
                lambda r, s: s["input_bytes"] / MB / r["cpu_seconds"], "{:,.2f}"),
         Metric("wall throughput", "MB/s", True, lambda r, s: s["input_bytes"] / MB / r["seconds"], "{:,.2f}"),
         cpu_seconds_metric(),
+        *(Metric(f"{step} CPU", "s", False, lambda r, s, step=step: r["step_cpu_seconds"][step], "{:,.2f}")
+          for step in ("normalize", "language", "quality", "blocklist", "pii")),
         peak_rss_metric(),
         Metric("docs kept", "", None, lambda r, s: r["docs_kept"], "{:,.0f}", must_match=True),
         Metric("exclusion rows", "", None, lambda r, s: r["exclusions"], "{:,.0f}", must_match=True),

@@ -114,6 +114,11 @@ def test_cleaning_stage_against_a_git_archive_baseline(tmp_path: Path, monkeypat
     assert ours["digests"] == peer["digests"] and "kept.lang" in ours["digests"]
     assert 0 < ours["docs_kept"] < 38 and ours["docs_kept"] + ours["exclusions"] == 38
     assert ours["platform_assets"] != peer["platform_assets"]  # two trees, one per side
+    for record in (ours, peer):  # per-step CPU time, which adds up to no more than the work's
+        steps = record["step_cpu_seconds"]
+        assert {"guard", "normalize", "language", "quality", "blocklist", "pii"} <= set(steps)
+        assert 0 < sum(steps.values()) <= record["cpu_seconds"] * 1.01
+    assert fig["quality CPU"]["ours"] > 0 and fig["language CPU"]["peer"] > 0
     assert any(rule.startswith(("gopher_", "c4.", "fineweb.")) for rule in ours["removed_by_rule"])  # quality ran
 
 
