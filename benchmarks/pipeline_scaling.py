@@ -1,0 +1,745 @@
+"""The main graph (ingest -> packed_shards) on 1x, 4x and 16x inputs: wall, CPU and peak RSS per stage.
+
+Issue #13: peak RSS should stay flat (within 10%) across the three sizes and under 2 GB, and time
+should grow near-linearly with the input. This is not an ours-vs-peer benchmark (there is no peer
+for the whole graph), so it does not use the harness's two-sided shape; it is a runnable module:
+
+    .venv/bin/python -m benchmarks.pipeline_scaling --base-mb 32 --scales 1,4,16 --json out.json
+
+Input (cached under the work dir, `benchmarks/.work/pipeline_scaling/inputs/`):
+- 1x is `--base-mb` MB of the real corpus's JSONL lines (default: all of it, ~524 MB), taken per
+  source in proportion to its size, the lines with the smallest crc32 first (a uniform sample of
+  every file, written in corpus order, byte-identical lines). Sources: `text_*.jsonl` -> `text`,
+  `code_*.jsonl` -> `code` (the file name before the first `_`), one pipeline source each.
+- the k-th copy (k >= 1) of each document is a deterministic word-level perturbation of it
+  (`perturb`): the text is split into \\w+ tokens (dedup's own tokens); scanning left to right, a
+  token and the next one swap places when a hash of (the two tokens, k) falls into 1 of 4 buckets.
+  The bag of tokens and characters stays the same, so what cleaning measures on a bag (language
+  scores, stop words, word lengths, symbol and alpha ratios) barely moves, while ~40% of tokens
+  move and the 5-gram shingles change: Jaccard to the original ~0.1 (printed for a sample, against
+  dedup's 0.8 threshold), so near-dedup keeps the copies. The decision depends on the two tokens,
+  not on their position, so two near-duplicate originals get the same swaps and stay near
+  duplicates (dedup removes about n times what it removes at 1x). A text with too few distinct
+  neighbours to move 1 token in 8 (tables of one repeated word) instead gets a syllable appended to
+  the tokens whose (hash, position, k) falls into the bucket. Copy k of `text_000.jsonl` is
+  `text_000.cKK.jsonl`; a scale n is a directory per source with hard links to copies 0..n-1.
+
+Per scale: a pipeline config (storage in the run dir; the two sources; the sample's cleaning recipe;
+the GPT-2 tokenizer.json as a pretrained tokenizer, so no tokenizer training; packing, splits,
+dedup, io at their defaults; no media, DVC or training), then every asset of the main graph in
+order, each in its own fresh `python -m benchmarks.pipeline_scaling _stage` process that loads
+`platform_assets.definitions` and calls `dagster.materialize([that asset], partition_key=...)` on a
+SQLite instance of the run (assets read their inputs from storage, so one asset at a time works):
+raw_documents and cleaned_documents per source, deduplicated_documents, dataset_splits, tokenizer,
+tokenized_documents, packed_shards. Every check of every stage must pass (the run stops otherwise).
+
+Measured per stage, from the parent:
+- wall s: the stage process from spawn to exit (interpreter, imports and ~4-9 s of Dagster
+  definitions loading included); work s: the `materialize` call alone, timed inside the child.
+- CPU s: user + sys of the whole process tree (`os.wait4`'s rusage: the child and every
+  descendant it reaped, i.e. cleaning's `io.workers` spawned processes).
+- peak tree RSS: the largest sum of RSS over the process tree, sampled with psutil every 50 ms
+  (shared library pages are counted once per process); max process RSS: the largest single
+  process's high-water mark (`ru_maxrss` of wait4: exact, not sampled).
+- the machine's load: 1-min load average at the start of each stage, and the cores other processes
+  used while it ran (/proc/stat minus the tree's own CPU), as the harness records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import DEFAULT_WORK_ROOT, GPT2_TOKENIZER_JSON, MB, REPO_ROOT, _cpu_busy_seconds, machine_info
+
+DEFAULT_CORPUS = REPO_ROOT.parent / "corpus"  # /work/corpus beside the checkout (benchmarks/README.md)
+WORK_SUBDIR = "pipeline_scaling"
+GEN_VERSION = 2  # bump when the selection or the perturbation changes: cached inputs are keyed by it
+SAMPLE_INTERVAL_S = 0.05
+RSS_FLAT_MAX = 1.10  # peak RSS at the largest scale / at the smallest: "flat" = within 10%
+RSS_LIMIT_MB = 2000.0
+NEAR_LINEAR_MAX = 1.25  # time ratio / size ratio: up to 25% above linear counts as near-linear (as dedup_scaling)
+JACCARD_SAMPLE = 200  # documents per source whose copies are compared with their originals
+NEAR_THRESHOLD = 0.8  # dedup.near.threshold's default: copies must stay well under it
+
+# The main graph in order: (asset, per source?). media_shards, dataset_version, training_run are
+# not part of it (no media, no DVC, no training here).
+STAGES: tuple[tuple[str, bool], ...] = (
+    ("raw_documents", True),
+    ("cleaned_documents", True),
+    ("deduplicated_documents", False),
+    ("dataset_splits", False),
+    ("tokenizer", False),
+    ("tokenized_documents", False),
+    ("packed_shards", False),
+)
+# Materialization metadata worth keeping in the report (scalars only)
+KEEP_METADATA = ("rows", "bytes", "documents_in", "quarantined", "tokens", "sequences", "efficiency", "files",
+                 "text_bytes", "workers", "removed", "shards")
+
+# The sample's cleaning recipe (configs/sample.yaml): Gopher's repetition and quality rules (English
+# only) and language ID at 0.5. FineWeb's default recipe would remove most of the code source (C4's
+# curly-bracket rule alone drops every C file) and trip the blocking removal-rate gate (0.6).
+CLEANING = {"quality": [{"preset": "gopher_repetition"}, {"preset": "gopher_quality"}],
+            "language": {"min_score": 0.5}}
+
+
+# -- input generation ------------------------------------------------------------------------------
+_TOKEN_SPLIT = re.compile(r"(\w+)")  # dedup's tokens: maximal runs of \w (platform_assets/dedup/shingles.py)
+_SYLLABLES = ("ka", "lo", "mi", "nu", "re", "ti", "vo", "ze")
+_hash_cache: dict[str, int] = {}
+
+
+def _token_hash(token: str) -> int:
+    h = _hash_cache.get(token)
+    if h is None:
+        if len(_hash_cache) > 2_000_000:  # code has many distinct identifiers: bound the cache (~200 MB)
+            _hash_cache.clear()
+        h = _hash_cache[token] = zlib.crc32(token.lower().encode("utf-8", "surrogatepass"))
+    return h
+
+
+def _mix(a: int, b: int, salt: int) -> int:
+    """A 32-bit hash of (a, b, salt) (murmur3's finaliser): uniform buckets from two crc32s."""
+    x = (a * 0x9E3779B1 + b * 0x85EBCA77 + salt) & 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def perturb(text: str, k: int) -> str:
+    """Copy k (>= 1) of a text: neighbouring \\w tokens swapped where hash(pair, k) % 4 == 0."""
+    parts = _TOKEN_SPLIT.split(text)  # separator, token, separator, token, ..., separator
+    n = len(parts) // 2
+    if n == 0:
+        return text  # no token at all: nothing to move (cleaning drops such texts anyway)
+    hashes = [_token_hash(parts[2 * i + 1]) for i in range(n)]
+    salt = (k * 0x2545F491) & 0xFFFFFFFF
+    moved = 0
+    i = 0
+    while i < n - 1:
+        if _mix(hashes[i], hashes[i + 1], salt) & 3 == 0 and hashes[i] != hashes[i + 1]:
+            parts[2 * i + 1], parts[2 * i + 3] = parts[2 * i + 3], parts[2 * i + 1]
+            moved += 2
+            i += 2
+        else:
+            i += 1
+    if moved * 8 < n:  # too repetitive to change by moving tokens (expected: 40% of tokens move)
+        lowest = (1 << 32, 0)
+        suffixed = False
+        for i in range(n):
+            x = _mix(hashes[i], i, salt)
+            if x & 3 == 0:
+                parts[2 * i + 1] += _SYLLABLES[(x >> 2) & 7]
+                suffixed = True
+            lowest = min(lowest, (x, i))
+        if not suffixed:  # a text of one to a few tokens: change one anyway, so the copy is distinct
+            parts[2 * lowest[1] + 1] += _SYLLABLES[(lowest[0] >> 2) & 7]
+    return "".join(parts)
+
+
+def source_of(path: Path) -> str:
+    return re.sub(r"[^a-z0-9_-]", "-", path.name.split("_")[0].lower())
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    return [corpus] if corpus.is_file() else sorted(corpus.glob("*.jsonl"))
+
+
+def _line_spans(path: Path) -> list[tuple[int, int, int]]:
+    """(crc32 of the line, offset, length) of every non-blank line."""
+    spans, offset = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                spans.append((zlib.crc32(line), offset, len(line)))
+            offset += len(line)
+    return spans
+
+
+def select_base(files: list[Path], base_bytes: int | None) -> dict[str, Any]:
+    """The 1x input: per source, its share of `base_bytes` (by its JSONL size), smallest crc32 first."""
+    by_source: dict[str, list[Path]] = {}
+    for f in files:
+        by_source.setdefault(source_of(f), []).append(f)
+    total = sum(f.stat().st_size for f in files)
+    plan: dict[str, Any] = {}
+    for source, paths in sorted(by_source.items()):
+        spans = {str(p): _line_spans(p) for p in paths}
+        size = sum(length for s in spans.values() for _, _, length in s)
+        target = size if base_bytes is None else base_bytes * sum(p.stat().st_size for p in paths) / total
+        ranked = sorted((h, path, off, ln) for path, s in spans.items() for h, off, ln in s)
+        chosen: dict[str, list[tuple[int, int]]] = {str(p): [] for p in paths}
+        taken = 0
+        for _, path, off, ln in ranked:
+            if taken >= target:
+                break
+            chosen[path].append((off, ln))
+            taken += ln
+        plan[source] = {"files": {p: sorted(v) for p, v in chosen.items() if v}, "bytes": taken,
+                        "docs": sum(len(v) for v in chosen.values())}
+    return plan
+
+
+def _copy_line(line: bytes, k: int) -> bytes:
+    doc = json.loads(line)
+    text = doc.get("text")
+    if isinstance(text, str):
+        doc["text"] = perturb(text, k)
+        if "sha256" in doc:
+            doc["sha256"] = hashlib.sha256(doc["text"].encode("utf-8", "surrogatepass")).hexdigest()
+    if "id" in doc:
+        doc["id"] = f"{doc['id']}~{k}"
+    try:
+        return (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (from a \\ud8xx escape): keep it escaped, as the corpus does
+        return (json.dumps(doc) + "\n").encode("ascii")
+
+
+def write_copy(task: tuple[str, list[tuple[int, int]], int, str]) -> dict[str, int]:
+    """Copy k of one corpus file's selected lines (k = 0: the lines as they are). Worker process."""
+    src, spans, k, out = task
+    stats = {"docs": 0, "bytes": 0, "unchanged": 0}
+    tmp = out + ".tmp"
+    with open(src, "rb") as f, open(tmp, "wb") as w:
+        for off, ln in spans:
+            f.seek(off)
+            line = f.read(ln)
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            if k:
+                new = _copy_line(line, k)
+                stats["unchanged"] += json.loads(new).get("text") == json.loads(line).get("text")
+                line = new
+            w.write(line)
+            stats["docs"] += 1
+            stats["bytes"] += len(line)
+    os.replace(tmp, out)
+    return stats
+
+
+def _input_key(files: list[Path], base_bytes: int | None) -> str:
+    h = hashlib.sha256(json.dumps([GEN_VERSION, base_bytes, [(str(f), f.stat().st_size, f.stat().st_mtime_ns)
+                                                               for f in files]]).encode()).hexdigest()[:10]
+    base = "all" if base_bytes is None else f"{base_bytes / MB:g}mb"
+    return f"base-{base}-{h}"
+
+
+def prepare_inputs(corpus: Path, base_bytes: int | None, scales: list[int], inputs_root: Path,
+                   say=print) -> dict[str, Any]:
+    """Write (or reuse) copies 0..max(scales)-1 and a directory per scale; returns their description."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    files = corpus_files(corpus)
+    if not files:
+        raise SystemExit(f"no *.jsonl files in {corpus}")
+    root = inputs_root / _input_key(files, base_bytes)
+    root.mkdir(parents=True, exist_ok=True)
+    plan_path = root / "selection.json"
+    if plan_path.exists():
+        plan = json.loads(plan_path.read_text())
+    else:
+        plan = select_base(files, base_bytes)
+        plan_path.write_text(json.dumps(plan))
+    copies = max(scales)
+    stats_path = root / "copies.json"
+    copy_stats: dict[str, dict[str, dict[str, int]]] = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+    tasks, keys = [], []
+    for source, sel in plan.items():
+        (root / "copies" / source).mkdir(parents=True, exist_ok=True)
+        for k in range(copies):
+            for path, spans in sel["files"].items():
+                out = root / "copies" / source / f"{Path(path).stem}.c{k:02d}.jsonl"
+                key = f"{source}/{out.name}"
+                if out.exists() and key in copy_stats.get(str(k), {}):
+                    continue
+                tasks.append((path, [tuple(s) for s in spans], k, str(out)))
+                keys.append((k, key))
+    if tasks:
+        t0 = time.perf_counter()
+        say(f"writing {len(tasks)} input files (copies up to {copies - 1}) under {root} ...")
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for (k, key), st in zip(keys, pool.map(write_copy, tasks), strict=True):
+                copy_stats.setdefault(str(k), {})[key] = st
+                stats_path.write_text(json.dumps(copy_stats))
+        say(f"  ... {time.perf_counter() - t0:.1f} s")
+    scale_info = {}
+    for n in scales:
+        sdir = root / f"scale-{n}"
+        per_source = {}
+        for source in plan:
+            d = sdir / source
+            want = sorted(f for f in (root / "copies" / source).iterdir()
+                          if f.suffix == ".jsonl" and int(f.stem.rsplit(".c", 1)[1]) < n)
+            if not d.is_dir() or sorted(p.name for p in d.iterdir()) != [f.name for f in want]:
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True)
+                for f in want:
+                    (d / f.name).hardlink_to(f)
+            per_source[source] = {"path": str(d), "files": len(want),
+                                  "bytes": sum(f.stat().st_size for f in want),
+                                  "docs": sum(copy_stats[str(k)][f"{source}/{f.name}"]["docs"] for f in want
+                                              for k in [int(f.stem.rsplit(".c", 1)[1])])}
+        scale_info[str(n)] = {"sources": per_source, "bytes": sum(s["bytes"] for s in per_source.values()),
+                              "docs": sum(s["docs"] for s in per_source.values())}
+    unchanged = sum(st["unchanged"] for k, per in copy_stats.items() if int(k) < copies for st in per.values())
+    return {"root": str(root), "base_bytes": base_bytes, "plan": {s: {"docs": p["docs"], "bytes": p["bytes"]}
+                                                                   for s, p in plan.items()},
+            "scales": scale_info, "copies_identical_to_original": unchanged}
+
+
+def jaccard_check(inputs: dict[str, Any], sample: int = JACCARD_SAMPLE) -> dict[str, Any]:
+    """Jaccard of dedup's shingle sets (word 5-grams, lower-cased \\w tokens) between a sample of
+    originals and their copies 1 and 2, and between the two copies."""
+    import numpy as np
+
+    from platform_assets.dedup.settings import DedupSettings
+    from platform_assets.dedup.shingles import shingle_hashes
+
+    spec = DedupSettings().near.shingles
+    pairs: dict[str, list[float]] = {"original~copy1": [], "original~copy2": [], "copy1~copy2": []}
+    no_shingles = 0
+    for source in inputs["plan"]:
+        d = Path(inputs["root"]) / "copies" / source
+        texts = []
+        for f in sorted(d.glob("*.c00.jsonl")):
+            with open(f, "rb") as fh:
+                for line in fh:
+                    texts.append(json.loads(line)["text"])
+                    if len(texts) >= sample:
+                        break
+            if len(texts) >= sample:
+                break
+        batch = [t for text in texts for t in (text, perturb(text, 1), perturb(text, 2))]
+        sets = shingle_hashes(batch, spec).sets()
+        for i in range(0, len(sets), 3):
+            o, c1, c2 = sets[i : i + 3]
+            if not o.size:  # no \w token at all (an empty file): ingest quarantines it, nothing to compare
+                no_shingles += 1
+                continue
+
+            def jac(a: np.ndarray, b: np.ndarray) -> float:
+                return np.intersect1d(a, b).size / np.union1d(a, b).size
+
+            pairs["original~copy1"].append(jac(o, c1))
+            pairs["original~copy2"].append(jac(o, c2))
+            pairs["copy1~copy2"].append(jac(c1, c2))
+    out: dict[str, Any] = {"documents_without_shingles": no_shingles}
+    for name, vals in pairs.items():
+        vals.sort()
+        out[name] = {"n": len(vals), "mean": sum(vals) / len(vals), "median": vals[len(vals) // 2],
+                     "p99": vals[min(len(vals) - 1, int(0.99 * len(vals)))], "max": vals[-1],
+                     f"at_least_{NEAR_THRESHOLD}": sum(v >= NEAR_THRESHOLD for v in vals)}
+    return out
+
+
+# -- one stage in a fresh process ------------------------------------------------------------------
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime + ch.ru_utime + ch.ru_stime
+
+
+def _scalar(value: Any) -> Any:
+    v = getattr(value, "value", value)
+    if isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) < 200):
+        return v
+    return None
+
+
+def stage_main(argv: list[str]) -> int:
+    """`_stage ASSET PARTITION RESULT`: materialize one asset (PARTITION `-`: unpartitioned) with the
+    config in $PLATFORM_CONFIG on the instance in $DAGSTER_HOME; write what happened to RESULT."""
+    asset, partition, result_path = argv
+    partition = None if partition == "-" else partition
+    import dagster as dg
+
+    import platform_assets  # noqa: F401  (first, as every platform process: it picks Arrow's memory pool)
+    from platform_assets.definitions import defs
+
+    definitions = defs()
+    instance = dg.DagsterInstance.get()
+    assets_def = definitions.resolve_assets_def(asset)
+    if partition is not None:
+        name = assets_def.partitions_def.name
+        if partition not in instance.get_dynamic_partitions(name):
+            instance.add_dynamic_partitions(name, [partition])
+    gc.collect()
+    cpu0, t0 = _cpu_seconds(), time.perf_counter()
+    # the resolved asset carries the resources the definitions bind (the pipeline resource reads
+    # $PLATFORM_CONFIG), so none are passed again
+    result = dg.materialize([assets_def], partition_key=partition, instance=instance, raise_on_error=False)
+    work, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+    metadata: dict[str, Any] = {}
+    for mat in result.asset_materializations_for_node(asset):
+        metadata.update({k: s for k, v in mat.metadata.items() if k in KEEP_METADATA and (s := _scalar(v)) is not None})
+    checks = [{"name": c.check_name, "passed": bool(c.passed)} for c in result.get_asset_check_evaluations()]
+    failure = None
+    if not result.success:
+        events = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        failure = str(events[0].event_specific_data.error.message if events else "run failed")[:2000]
+    Path(result_path).write_text(json.dumps({
+        "success": result.success, "failure": failure, "work_seconds": work, "work_cpu_seconds": cpu,
+        "metadata": metadata, "checks": checks}, indent=1))
+    return 0 if result.success else 1
+
+
+def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Spawn the stage process, sample its tree's RSS every 50 ms, reap it with wait4."""
+    import psutil
+
+    label = asset + (f"[{partition}]" if partition else "")
+    result_path = run_dir / f"{label}.result.json"
+    log_path = run_dir / f"{label}.log"
+    cmd = [sys.executable, "-m", "benchmarks.pipeline_scaling", "_stage", asset, partition or "-", str(result_path)]
+    load = os.getloadavg()[0]
+    busy0, t0 = _cpu_busy_seconds(), time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    root = psutil.Process(proc.pid)
+    peak_tree = peak_procs = samples = 0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        total = 0
+        for p in tree:
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                pass
+        peak_tree, peak_procs, samples = max(peak_tree, total), max(peak_procs, len(tree)), samples + 1
+        time.sleep(SAMPLE_INTERVAL_S)
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    busy1 = _cpu_busy_seconds()
+    cpu = usage.ru_utime + usage.ru_stime  # the child and every descendant it reaped (Linux wait4)
+    rec: dict[str, Any] = {
+        "stage": label, "asset": asset, "partition": partition, "exit_code": proc.returncode,
+        "wall_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": peak_tree,
+        "max_process_rss_bytes": usage.ru_maxrss * 1024, "processes": peak_procs, "rss_samples": samples,
+        "loadavg_1m_at_start": load,
+        "others_cpu_cores": (max(0.0, (busy1 - busy0 - cpu) / wall) if busy0 is not None and busy1 is not None
+                             else None),
+    }
+    if result_path.exists():
+        rec.update(json.loads(result_path.read_text()))
+    if proc.returncode != 0 or not rec.get("success") or not all(c["passed"] for c in rec.get("checks", [])):
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-30:]
+        failed = [c["name"] for c in rec.get("checks", []) if not c["passed"]]
+        raise SystemExit(f"{label} failed (exit {proc.returncode}; failed checks: {failed or 'none'}; "
+                         f"{rec.get('failure')}):\n  " + "\n  ".join(tail))
+    return rec
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`--set io.batch_rows=1024` -> {"io": {"batch_rows": 1024}} (values parsed as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected section.key=value")
+        node = out
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def write_config(run_dir: Path, sources: dict[str, dict[str, Any]], tokenizer: Path,
+                 overrides: dict[str, Any] | None = None) -> Path:
+    import yaml
+
+    cfg = {
+        "storage": {"root": str(run_dir / "data")},
+        "sources": [{"name": name, "format": "jsonl", "path": s["path"]} for name, s in sources.items()],
+        "cleaning": CLEANING,
+        "tokenizer": {"source": "pretrained", "path": str(tokenizer)},
+    }
+    cfg = _merge(cfg, overrides or {})
+    path = run_dir / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def copies_removed_as_duplicates(storage_root: Path) -> dict[str, int]:
+    """Dedup's removals, and those whose kept document is a copy of the same corpus document (the
+    perturbation failed to make it distinct): read from _duplicates and the cleaned parts' meta."""
+    import pyarrow.parquet as pq
+
+    dedup_dir = storage_root / "deduplicated_documents" / "_all"
+    dups = pq.read_table(dedup_dir / "_duplicates.parquet", columns=["kept_id", "removed_id", "rule"])
+    wanted = set(dups.column("kept_id").to_pylist()) | set(dups.column("removed_id").to_pylist())
+    origin: dict[str, str] = {}
+    for part in sorted((storage_root / "cleaned_documents").glob("*/part-*.parquet")):
+        for batch in pq.ParquetFile(part).iter_batches(columns=["id", "meta"], batch_size=8192):
+            for doc_id, meta in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                if doc_id in wanted and meta:
+                    origin[doc_id] = str(json.loads(meta).get("id", doc_id)).split("~")[0]
+    same = sum(origin.get(k) is not None and origin.get(k) == origin.get(r)
+               for k, r in zip(dups.column("kept_id").to_pylist(), dups.column("removed_id").to_pylist(), strict=True))
+    rules = dups.column("rule").to_pylist()
+    return {"removed": dups.num_rows, "removed_exact": rules.count("exact_duplicate"),
+            "removed_near": rules.count("near_duplicate"), "removed_as_copy_of_own_original": same}
+
+
+def run_scale(n: int, inputs: dict[str, Any], work: Path, tokenizer: Path, keep: bool, say=print,
+              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    info = inputs["scales"][str(n)]
+    run_dir = work / "runs" / f"{Path(inputs['root']).name}-x{n}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir / "dagster_home").mkdir(parents=True)
+    (run_dir / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    config = write_config(run_dir, info["sources"], tokenizer, overrides)
+    env = dict(os.environ)
+    env.update({"PLATFORM_CONFIG": str(config), "DAGSTER_HOME": str(run_dir / "dagster_home"),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)})
+    records = []
+    try:
+        for asset, per_source in STAGES:
+            for partition in (list(info["sources"]) if per_source else [None]):
+                t = time.strftime("%H:%M:%S")
+                rec = run_stage(asset, partition, run_dir, env)
+                rec["input_bytes"] = info["sources"][partition]["bytes"] if partition else info["bytes"]
+                records.append(rec)
+                say(f"[{t} x{n}] {rec['stage']}: wall {rec['wall_seconds']:.1f} s (work {rec['work_seconds']:.1f} s), "
+                    f"CPU {rec['cpu_seconds']:.1f} s (work {rec['work_cpu_seconds']:.1f} s), "
+                    f"peak tree RSS {rec['peak_tree_rss_bytes'] / MB:,.0f} MB, "
+                    f"max process {rec['max_process_rss_bytes'] / MB:,.0f} MB, "
+                    f"{len(rec['checks'])} checks passed; load {rec['loadavg_1m_at_start']:.2f}, others "
+                    f"{rec['others_cpu_cores'] or 0:.2f} cores")
+                if asset == "deduplicated_documents":
+                    rec["duplicates"] = copies_removed_as_duplicates(run_dir / "data")
+                    say(f"         dedup: {rec['duplicates']}")
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return {"scale": n, "input_bytes": info["bytes"], "docs": info["docs"], "sources": info["sources"],
+            "stages": records}
+
+
+# -- the report ------------------------------------------------------------------------------------
+def stage_summary(scales: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage: the ratios between the largest and the smallest scale and the verdicts."""
+    lo, hi = scales[0], scales[-1]
+    out = []
+    for i, rec_lo in enumerate(lo["stages"]):
+        rec_hi = hi["stages"][i]
+        size_ratio = rec_hi["input_bytes"] / rec_lo["input_bytes"]
+        rss = [s["stages"][i]["peak_tree_rss_bytes"] for s in scales]
+        proc = [s["stages"][i]["max_process_rss_bytes"] for s in scales]
+        rss_ratio = rec_hi["peak_tree_rss_bytes"] / rec_lo["peak_tree_rss_bytes"]
+        time_ratio = rec_hi["work_seconds"] / rec_lo["work_seconds"] if rec_lo["work_seconds"] else None
+        cpu_ratio = rec_hi["work_cpu_seconds"] / rec_lo["work_cpu_seconds"] if rec_lo["work_cpu_seconds"] else None
+        per_mb = [s["stages"][i]["work_seconds"] / (s["stages"][i]["input_bytes"] / MB) for s in scales]
+        # what the stage adds per input MB between the smallest and the largest scale (fixed costs cancel)
+        d_mb = (rec_hi["input_bytes"] - rec_lo["input_bytes"]) / MB
+        slope = (rec_hi["work_seconds"] - rec_lo["work_seconds"]) / d_mb if hi is not lo else None
+        cpu_slope = (rec_hi["work_cpu_seconds"] - rec_lo["work_cpu_seconds"]) / d_mb if hi is not lo else None
+        rss_slope = ((rec_hi["peak_tree_rss_bytes"] - rec_lo["peak_tree_rss_bytes"])
+                     / (rec_hi["input_bytes"] - rec_lo["input_bytes"])) if hi is not lo else None
+        out.append({
+            "stage": rec_lo["stage"], "size_ratio": size_ratio, "rss_ratio": rss_ratio,
+            "rss_max_over_min": max(rss) / min(rss), "max_process_rss_ratio": proc[-1] / proc[0],
+            "peak_tree_rss_mb_max": max(rss) / MB, "time_ratio": time_ratio, "cpu_ratio": cpu_ratio,
+            "seconds_per_mb": per_mb, "marginal_seconds_per_mb": slope, "marginal_cpu_seconds_per_mb": cpu_slope,
+            "rss_mb_per_input_mb": rss_slope,
+            "rss_flat": max(rss) / min(rss) <= RSS_FLAT_MAX, "rss_under_limit": max(rss) / MB < RSS_LIMIT_MB,
+            "near_linear": time_ratio is not None and time_ratio <= NEAR_LINEAR_MAX * size_ratio,
+            # wall time on a shared 2-core machine loses parallelism when others load it: the CPU
+            # time of the materialize call is the steadier measure of the work done
+            "near_linear_cpu": cpu_ratio is not None and cpu_ratio <= NEAR_LINEAR_MAX * size_ratio,
+        })
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    scales = result["scales"]
+    names = [f"{s['scale']}x" for s in scales]
+    inputs = result["inputs"]
+    base = "all of it" if inputs["base_bytes"] is None else f"{inputs['base_bytes'] / MB:g} MB of it"
+    lines = [
+        "benchmark: pipeline_scaling - the main graph (ingest -> packed_shards), one fresh process per asset",
+        f"corpus: {result['corpus']}; 1x = {base}: "
+        + ", ".join(f"{src} {p['docs']:,} documents {p['bytes'] / MB:,.1f} MB" for src, p in inputs["plan"].items()),
+        "inputs: " + "; ".join(f"{s['scale']}x {s['input_bytes'] / MB:,.1f} MB ({s['docs']:,} documents)"
+                               for s in scales),
+        f"copies identical to their original: {inputs['copies_identical_to_original']:,}",
+    ]
+    if result.get("overrides"):
+        lines.append(f"config overrides: {json.dumps(result['overrides'])}")
+    jac = result.get("jaccard")
+    if jac:
+        lines.append("Jaccard of word 5-gram shingles (dedup's), sample of originals: " + "; ".join(
+            f"{k} mean {v['mean']:.3f}, median {v['median']:.3f}, p99 {v['p99']:.3f}, max {v['max']:.3f}, "
+            f">= {NEAR_THRESHOLD}: {v[f'at_least_{NEAR_THRESHOLD}']}/{v['n']}" for k, v in jac.items()
+            if isinstance(v, dict)))
+    lines += [
+        "wall s: the stage process (start-up and Dagster's definitions loading included); work s: the "
+        "materialize call; CPU s: the process tree (wait4), whole process and the materialize call's; peak tree "
+        "RSS: sum over the tree, sampled every 50 ms; max process: the largest single process's high-water mark.",
+        "",
+        "| stage | scale | input MB | wall s | work s | CPU s | work CPU s | peak tree RSS MB | max process RSS MB "
+        "| work s / input MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, rec0 in enumerate(scales[0]["stages"]):
+        for s in scales:
+            r = s["stages"][i]
+            lines.append(
+                f"| {rec0['stage']} | {s['scale']}x | {r['input_bytes'] / MB:,.1f} | {r['wall_seconds']:,.1f} | "
+                f"{r['work_seconds']:,.1f} | {r['cpu_seconds']:,.1f} | {r['work_cpu_seconds']:,.1f} | "
+                f"{r['peak_tree_rss_bytes'] / MB:,.0f} | {r['max_process_rss_bytes'] / MB:,.0f} | "
+                f"{r['work_seconds'] / (r['input_bytes'] / MB):.3f} |")
+    for s in scales:
+        st = s["stages"]
+        lines.append(
+            f"| **all stages** | {s['scale']}x | {s['input_bytes'] / MB:,.1f} | "
+            f"{sum(r['wall_seconds'] for r in st):,.1f} | {sum(r['work_seconds'] for r in st):,.1f} | "
+            f"{sum(r['cpu_seconds'] for r in st):,.1f} | {sum(r['work_cpu_seconds'] for r in st):,.1f} | "
+            f"{max(r['peak_tree_rss_bytes'] for r in st) / MB:,.0f} | "
+            f"{max(r['max_process_rss_bytes'] for r in st) / MB:,.0f} | "
+            f"{sum(r['work_seconds'] for r in st) / (s['input_bytes'] / MB):.3f} |")
+    if len(scales) > 1:
+        lo, hi = names[0], names[-1]
+        lines += ["", f"| stage | peak tree RSS {hi}/{lo} | max process RSS {hi}/{lo} | RSS flat (max/min over "
+                  f"scales <= {RSS_FLAT_MAX:.2f}) | < {RSS_LIMIT_MB:,.0f} MB | work time {hi}/{lo} (input) | "
+                  f"work CPU {hi}/{lo} | marginal work s / input MB | marginal work CPU s / input MB | "
+                  f"peak RSS MB / input MB | near-linear, wall / CPU (<= {NEAR_LINEAR_MAX:.2f}x linear) |",
+                  "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|"]
+        for row in result["summary"]:
+            lines.append(
+                f"| {row['stage']} | {row['rss_ratio']:.2f} | {row['max_process_rss_ratio']:.2f} | "
+                f"{'yes' if row['rss_flat'] else 'NO'} ({row['rss_max_over_min']:.2f}) | "
+                f"{'yes' if row['rss_under_limit'] else 'NO'} ({row['peak_tree_rss_mb_max']:,.0f}) | "
+                f"{row['time_ratio']:.2f} ({row['size_ratio']:.2f}) | {row['cpu_ratio']:.2f} | "
+                f"{row['marginal_seconds_per_mb']:.3f} | {row['marginal_cpu_seconds_per_mb']:.3f} | "
+                f"{row['rss_mb_per_input_mb']:.2f} | {'yes' if row['near_linear'] else 'NO'} / "
+                f"{'yes' if row['near_linear_cpu'] else 'NO'} |")
+        v = result["verdict"]
+        lines += ["", "targets:",
+                  f"  [{'MET' if v['rss_flat'] else 'NOT MET'}] peak RSS flat within 10% across {', '.join(names)}"
+                  + ("" if v["rss_flat"] else f": not flat: {', '.join(v['rss_not_flat'])}"),
+                  f"  [{'MET' if v['rss_under_limit'] else 'NOT MET'}] peak RSS under {RSS_LIMIT_MB:,.0f} MB"
+                  + ("" if v["rss_under_limit"] else f": over: {', '.join(v['rss_over_limit'])}"),
+                  f"  [{'MET' if v['near_linear'] else 'NOT MET'}] time near-linear (work time {hi}/{lo} <= "
+                  f"{NEAR_LINEAR_MAX:.2f}x the input ratio)"
+                  + ("" if v["near_linear"] else f": not: {', '.join(v['not_near_linear'])}"),
+                  f"  [{'MET' if v['near_linear_cpu'] else 'NOT MET'}] CPU time near-linear (work CPU {hi}/{lo} <= "
+                  f"{NEAR_LINEAR_MAX:.2f}x the input ratio)"
+                  + ("" if v["near_linear_cpu"] else f": not: {', '.join(v['not_near_linear_cpu'])}")]
+    dd = [(s["scale"], r["duplicates"]) for s in scales for r in s["stages"] if "duplicates" in r]
+    if dd:
+        lines += ["", "dedup removals: " + "; ".join(
+            f"{n}x {d['removed']:,} ({d['removed_exact']:,} exact, {d['removed_near']:,} near; "
+            f"{d['removed_as_copy_of_own_original']:,} a copy of its own original)" for n, d in dd)]
+    mach, load = result["machine"], result["load"]
+    others = [r["others_cpu_cores"] for s in scales for r in s["stages"] if r["others_cpu_cores"] is not None]
+    starts = [r["loadavg_1m_at_start"] for s in scales for r in s["stages"]]
+    lines += ["",
+              f"machine: {mach.get('cores')} cores ({mach.get('cores_usable')} usable), {mach.get('memory_gib', '?')} "
+              f"GiB RAM, {mach.get('cpu_model') or 'unknown CPU'}; {mach['platform']}; {mach['python']}",
+              f"load average (1 min): {load['before']:.2f} before, {min(starts):.2f}-{max(starts):.2f} at the start of "
+              f"stages, {load['after']:.2f} after"
+              + (f"; other processes used {min(others):.2f} / {sorted(others)[len(others) // 2]:.2f} / "
+                 f"{max(others):.2f} cores (min / median / max over stages)" if others else ""),
+              "packages: " + ", ".join(f"{k} {v}" for k, v in mach["packages"].items())]
+    return "\n".join(lines)
+
+
+def verdict(summary: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rss_flat": all(r["rss_flat"] for r in summary),
+            "rss_not_flat": [f"{r['stage']} {r['rss_max_over_min']:.2f}x" for r in summary if not r["rss_flat"]],
+            "rss_under_limit": all(r["rss_under_limit"] for r in summary),
+            "rss_over_limit": [f"{r['stage']} {r['peak_tree_rss_mb_max']:,.0f} MB" for r in summary
+                               if not r["rss_under_limit"]],
+            "near_linear": all(r["near_linear"] for r in summary),
+            "not_near_linear": [f"{r['stage']} {r['time_ratio']:.2f}x for {r['size_ratio']:.2f}x" for r in summary
+                                if not r["near_linear"]],
+            "near_linear_cpu": all(r["near_linear_cpu"] for r in summary),
+            "not_near_linear_cpu": [f"{r['stage']} {r['cpu_ratio']:.2f}x for {r['size_ratio']:.2f}x" for r in summary
+                                    if not r["near_linear_cpu"]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_stage"]:
+        return stage_main(argv[1:])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pipeline_scaling", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help=f"JSONL corpus (default {DEFAULT_CORPUS})")
+    p.add_argument("--base-mb", type=float, default=None, help="MB of the corpus that make 1x (default: all of it)")
+    p.add_argument("--scales", default="1,4,16", help="comma-separated multiples of the base (default 1,4,16)")
+    p.add_argument("--tokenizer", type=Path, default=GPT2_TOKENIZER_JSON, help="pretrained tokenizer.json")
+    p.add_argument("--json", type=Path, help="write the full result here")
+    p.add_argument("--workdir", type=Path, default=DEFAULT_WORK_ROOT,
+                   help=f"inputs are cached and runs happen under <workdir>/{WORK_SUBDIR} "
+                        f"(default {DEFAULT_WORK_ROOT})")
+    p.add_argument("--keep", action="store_true", help="keep each scale's run directory (outputs, stage logs)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a key of the generated pipeline config (YAML value), e.g. "
+                        "--set packing.strategy=streaming_best_fit; repeatable")
+    a = p.parse_args(argv)
+    scales = sorted({int(x) for x in a.scales.split(",")})
+    if scales[0] < 1:
+        p.error("scales are multiples >= 1")
+    if not a.tokenizer.is_file():
+        p.error(f"tokenizer {a.tokenizer} not found")
+    work = a.workdir.resolve() / WORK_SUBDIR
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    load_before = os.getloadavg()[0]
+    base_bytes = None if a.base_mb is None else int(a.base_mb * MB)
+    inputs = prepare_inputs(a.corpus.resolve(), base_bytes, scales, work / "inputs", say)
+    jaccard = jaccard_check(inputs) if max(scales) > 1 else None
+    if jaccard:
+        say("Jaccard to the original (sample): " + "; ".join(
+            f"{k} mean {v['mean']:.3f} max {v['max']:.3f}" for k, v in jaccard.items() if isinstance(v, dict)))
+    overrides = parse_overrides(a.set)
+    runs = [run_scale(n, inputs, work, a.tokenizer.resolve(), a.keep, say, overrides) for n in scales]
+    summary = stage_summary(runs) if len(runs) > 1 else []
+    result = {
+        "benchmark": "pipeline_scaling", "corpus": str(a.corpus.resolve()),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "command": "python -m benchmarks.pipeline_scaling " + " ".join(argv), "overrides": overrides,
+        "machine": machine_info(("platform-assets", "dagster", "pyarrow", "tokenizers", "psutil")),
+        "load": {"before": load_before, "after": os.getloadavg()[0]},
+        "inputs": inputs, "jaccard": jaccard, "scales": runs, "summary": summary,
+        "verdict": verdict(summary) if summary else None,
+    }
+    print(render(result))
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

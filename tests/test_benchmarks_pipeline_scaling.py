@@ -1,0 +1,85 @@
+"""Smoke test of benchmarks/pipeline_scaling.py: the whole main graph, one fresh process per asset,
+on a tiny generated corpus at 1x and 2x; every stage must report positive figures, and the 2x copies
+must be distinct documents (dedup keeps them). The real-corpus runs are in benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import pipeline_scaling as ps  # noqa: E402
+
+# 18 stage processes (9 stages x 2 scales), each loading Dagster's definitions: ~3 minutes on 2 cores
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not ps.GPT2_TOKENIZER_JSON.is_file(),
+                                 reason=f"GPT-2 tokenizer {ps.GPT2_TOKENIZER_JSON} not present")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """text_000.jsonl: the repository's real prose sample (150 documents, 0.7 MB); code_000.jsonl: the
+    platform's own Python modules. Both as the shared corpus writes them (id, kind, text)."""
+    root = tmp_path_factory.mktemp("corpus")
+    with gzip.open(REPO_ROOT / "sample_data" / "real_docs.jsonl.gz", "rt") as f, \
+            open(root / "text_000.jsonl", "w") as out:
+        for i, line in enumerate(f):
+            out.write(json.dumps({"id": f"text-{i}", "kind": "text", "text": json.loads(line)["text"]},
+                                 ensure_ascii=False) + "\n")
+    with open(root / "code_000.jsonl", "w") as out:
+        paths = [p for p in sorted((REPO_ROOT / "platform_assets").rglob("*.py")) if p.read_text().strip()]
+        for i, path in enumerate(paths):  # empty __init__.py files would be quarantined (over its 5% bound)
+            out.write(json.dumps({"id": f"code-{i}", "kind": "code", "path": str(path.relative_to(REPO_ROOT)),
+                                  "text": path.read_text()}) + "\n")
+    return root
+
+
+def test_perturbed_copies_are_distinct_and_deterministic():
+    text = ("The configuration file holds the list of sources and the settings of every stage, and the "
+            "platform reads it once per run before any stage starts. ") * 4
+    one, two = ps.perturb(text, 1), ps.perturb(text, 2)
+    assert one == ps.perturb(text, 1) and one != text and two != text and one != two
+    assert sorted(ps._TOKEN_SPLIT.findall(one)) == sorted(ps._TOKEN_SPLIT.findall(text))  # the same bag of tokens
+    assert ps.perturb("0 0 0 0 0 0 0 0 0 0 0 0", 1) != "0 0 0 0 0 0 0 0 0 0 0 0"  # too repetitive to swap
+
+
+def test_pipeline_scaling_tiny(corpus: Path, tmp_path: Path):
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline_scaling", "--corpus", str(corpus),
+                           "--base-mb", "0.2", "--scales", "1,2", "--workdir", str(tmp_path / "work"),
+                           "--json", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    expected = ["raw_documents[code]", "raw_documents[text]", "cleaned_documents[code]", "cleaned_documents[text]",
+                "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards"]
+    one, two = result["scales"]
+    assert (one["scale"], two["scale"]) == (1, 2)
+    for scale in (one, two):
+        assert [r["stage"] for r in scale["stages"]] == expected
+        for r in scale["stages"]:
+            for key in ("wall_seconds", "work_seconds", "cpu_seconds", "peak_tree_rss_bytes",
+                        "max_process_rss_bytes", "input_bytes"):
+                assert r[key] > 0, (scale["scale"], r["stage"], key)
+            assert r["checks"] and all(c["passed"] for c in r["checks"])
+            assert r["peak_tree_rss_bytes"] >= 0.5 * r["max_process_rss_bytes"]  # sampled vs exact, same order
+        assert f"| {expected[-1]} | {scale['scale']}x |" in proc.stdout
+    assert 1.9 < two["input_bytes"] / one["input_bytes"] < 2.1
+    # the copies are distinct documents: none identical, far below the near-dedup threshold, and dedup keeps
+    # them (what it removes at 2x is at most twice what it removes at 1x; none is a copy of its own original)
+    assert result["inputs"]["copies_identical_to_original"] == 0
+    assert all(v["max"] < ps.NEAR_THRESHOLD for v in result["jaccard"].values() if isinstance(v, dict))
+    dedup = {s["scale"]: next(r for r in s["stages"] if r["stage"] == "deduplicated_documents") for s in (one, two)}
+    assert dedup[2]["duplicates"]["removed_as_copy_of_own_original"] == 0
+    assert dedup[2]["duplicates"]["removed"] <= 2 * dedup[1]["duplicates"]["removed"]
+    assert dedup[2]["metadata"]["rows"] >= 1.8 * dedup[1]["metadata"]["rows"]
+    assert [row["stage"] for row in result["summary"]] == expected
+    assert set(result["verdict"]) >= {"rss_flat", "rss_under_limit", "near_linear"}
+    assert not (tmp_path / "work" / "pipeline_scaling" / "runs").exists() or \
+        not any((tmp_path / "work" / "pipeline_scaling" / "runs").iterdir())  # run directories are removed
