@@ -1,10 +1,12 @@
 """The quality step: the configured presets' rule sets over each document, one TextView shared by all.
 
 Where the time goes, and what keeps it down (FineWeb's four rule sets on 43 MB of the real corpus,
-one core: ~6 MB/s, 1.8x the first version, 14x datatrove; benchmarks/cleaning_quality_rules.py):
-tokenising (~25%; `re` instead of `regex` for ASCII text, the same tokens), the n-gram repetition
-checks (~30%; ngrams.py), per-word figures over distinct tokens weighted by counts, per-line tests
-as map() chains (C loops), and bounds that skip work that cannot change the outcome.
+one core: ~6 MB/s, 1.8x the first version, 14x datatrove; benchmarks/cleaning_quality_rules.py; and
+1.25x that again in issue #13, benchmarks/cleaning_stage.py): the vocabulary (~1/4; read from the
+characters as numpy arrays for texts of 1,024+ characters, array_vocab.py, else `re`/`regex` and a
+dict), the n-gram repetition checks (~1/4; ngrams.py: packed sorts per level, walks only where a
+sum or union bound cannot rule them out), per-word figures over distinct tokens weighted by counts,
+per-line tests as map() chains (C loops), and bounds that skip work that cannot change the outcome.
 
 The checks and their order follow datatrove 0.10.1 (what FineWeb ran), so the first failing check is
 the reported reason, as there. Every regex is linear in the input: no nested unbounded quantifiers,
