@@ -90,3 +90,26 @@ def test_array_vocabulary_equals_the_regex_and_dict_one():
         for stop in stop_sets:
             assert sa.lowered_in(stop) == sb.lowered_in(stop), stop
         assert sb.distinct == sa.distinct and ref.n_tokens == fast.n_tokens
+
+
+def test_c4_word_count_shortcut_equals_the_line_loop():
+    from collections import Counter
+
+    from platform_assets.cleaning.quality.c4 import C4, C4Settings
+
+    rng = random.Random(21)
+    pieces = ["The cat sat on the mat.", "Home", "a b", "one two three", "x" * 1200, "[1] cited here now",
+              "uses cookies here ok", "javascript off", "lorem ipsum dolor", "{ code }", "   ", "\t", "Done!"]
+    settings = [C4Settings(filter_no_terminal_punct=False, languages=None), C4Settings(languages=None),
+                C4Settings(min_words_per_line=None, filter_no_terminal_punct=False, languages=None)]
+    shortcut = 0
+    for _ in range(3000):
+        text = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        shortcut += not any(c in text for c in "[{") and "x" * 1001 not in text
+        for s in settings:
+            fast, slow = C4(s), C4(s)
+            slow.fast_lines = False
+            c1, c2 = Counter(), Counter()
+            assert fast.check(TextView(text), c1) == slow.check(TextView(text), c2), text
+            assert c1 == c2, text
+    assert shortcut > 100  # the shortcut was taken often

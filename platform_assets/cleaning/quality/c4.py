@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import compress
+from operator import methodcaller
 from typing import Literal
 
 from platform_assets.cleaning import presets
@@ -47,6 +49,8 @@ class C4(RuleSet):
     preset = "c4"
     s: C4Settings
     settings_type = C4Settings
+    fast_lines = True
+    """Take the word-count-only shortcut where it applies (False: the line loop; the tests compare)."""
 
     def __init__(self, settings: C4Settings | None = None):
         super().__init__(settings)
@@ -79,8 +83,21 @@ class C4(RuleSet):
             low_text = (_CITATION_RE.sub("", text) if cite else text).lower()
             phrases = tuple(p for p in phrases if p in low_text)
         curly = s.filter_curly_bracket and "{" in text
-        for raw in view.lines:
-            line = raw.strip()
+        lines = list(map(str.strip, view.lines))
+        if self.fast_lines and not (cite or phrases or curly or s.filter_no_terminal_punct) and (
+            long_word is None or max(map(len, lines), default=0) <= max_word
+        ):
+            # Nothing in the document for the other line rules (most prose): only the word count
+            # decides, as C loops over the lines (map, compress) instead of a Python loop (~3x).
+            if split_at is not None:
+                counts = map(len, map(methodcaller("split", None, split_at), lines))
+                kept = list(compress(lines, map(min_words.__le__, counts)))
+                if len(kept) < len(lines):
+                    removed["too_few_words"] = len(lines) - len(kept)
+                lines = []
+            else:
+                kept, lines = lines, []
+        for line in lines:
             # no word can be longer than its line: the search only runs on very long lines
             if long_word is not None and len(line) > max_word and long_word.search(line):
                 removed["too_long_word"] += 1
