@@ -113,3 +113,22 @@ def test_c4_word_count_shortcut_equals_the_line_loop():
             assert fast.check(TextView(text), c1) == slow.check(TextView(text), c2), text
             assert c1 == c2, text
     assert shortcut > 100  # the shortcut was taken often
+
+
+def test_sentence_boundaries_match_the_lookbehind_first_patterns():
+    # c4.py's boundary patterns start with their character class (scanned at C speed); the patterns
+    # as first written started with the lookbehind: the same matches
+    import re
+
+    from platform_assets.cleaning.quality import c4
+
+    first_written = {
+        c4._SENTENCE_END_RE: re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+\s"),
+        c4._INNER_SENTENCE_END_RE: re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+[^\S\n]"),
+    }
+    rng = random.Random(3)
+    alphabet = list(".!?…\"'’”)] \n\tab")
+    for _ in range(30000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        for pattern, reference in first_written.items():
+            assert pattern.findall(text) == reference.findall(text), repr(text)

@@ -32,9 +32,11 @@ class C4Settings(ScopedSettings):
 
 # A sentence boundary inside a line: terminal punctuation (a run, with closing quotes/brackets) then
 # whitespace. The lookbehind starts a match only at the first character of a punctuation run.
-_SENTENCE_END_RE = re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+\s")
+# Written "first character, then the lookbehind" so that `re` scans for the character class at C
+# speed instead of trying the lookbehind at every position (~4x; the same matches).
+_SENTENCE_END_RE = re.compile(r"[.!?…](?<![.!?…][.!?…])[.!?…]*+[\"'’”)\]]*+\s")
 # The same boundary, not followed by a newline: on lines joined with "\n", the boundaries inside them
-_INNER_SENTENCE_END_RE = re.compile(r"(?<![.!?…])[.!?…]++[\"'’”)\]]*+[^\S\n]")
+_INNER_SENTENCE_END_RE = re.compile(r"[.!?…](?<![.!?…][.!?…])[.!?…]*+[\"'’”)\]]*+[^\S\n]")
 _CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
 
