@@ -318,8 +318,8 @@ class DocumentStep(Step):
         stats.skipped += n - len(todo)
         prepared = self._prepare([texts[i] or "" for i in todo], [modalities[i] for i in todo],
                                  [langs[i] for i in todo])
-        for k, i in enumerate(todo):
-            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[k] if prepared else None)
+        for j, i in enumerate(todo):
+            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[j] if prepared else None)
             try:
                 drop = self.process(doc, counters)
             except Exception as err:  # noqa: BLE001 - reported per document, see class doc
