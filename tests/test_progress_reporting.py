@@ -47,6 +47,10 @@ def test_stage_progress_is_logged_into_the_run(tmp_path):
 
 def test_cli_keeps_the_event_stream_off_the_console_and_in_the_log_file(tmp_path):
     config = _config(tmp_path)
+    # batches of 2 rows: cleaning spawns its 2 workers under the CLI's process (spawned workers re-import
+    # a script's main module; multiprocessing skips a package's __main__, so no second run starts)
+    cfg = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**cfg, "io": {"batch_rows": 2, "workers": 2}}))
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
@@ -64,6 +68,7 @@ def test_cli_keeps_the_event_stream_off_the_console_and_in_the_log_file(tmp_path
     for event in ("RUN_START", "STEP_SUCCESS", "ASSET_MATERIALIZATION", "RUN_SUCCESS"):
         assert f" - {event} - " in log, event
     assert "cleaned_documents[web] clean: 5/5 documents (100%)" in log
+    assert log.count(" - RUN_START - ") == 1  # the per-source run, once
     # --verbose puts the same stream on the console as well
     res = subprocess.run([sys.executable, "-m", "platform_assets", "run", "--until", "raw_documents", "--verbose"],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -91,7 +91,16 @@ def iter_mapped_line_blocks(
     view = memoryview(mapped)
     counter = NewlineCounter()
     pos, lineno = 0, 1
+    released = 0  # pages before this offset were handed back
     while pos < size:
+        # The pages of blocks already parsed count in this process's RSS until dropped: without this,
+        # reading a 1.1 GB file left ~1.1 GB resident (peak RSS grew with the file, not the block).
+        # MADV_DONTNEED on a read-only file mapping only unmaps them: a later access refaults the same
+        # bytes from the page cache.
+        done = pos - pos % mmap.PAGESIZE
+        if done - released >= block_bytes:
+            mapped.madvise(mmap.MADV_DONTNEED, released, done - released)
+            released = done
         end = min(pos + block_bytes, size)
         if end < size:
             cut = mapped.rfind(b"\n", pos, end)
