@@ -45,7 +45,12 @@ class DataSettings(_Strict):
     """Samples per forward pass per rank."""
     samples_per_epoch: Annotated[int, Field(gt=0)] | None = None
     num_workers: Annotated[int, Field(ge=0)] = 0
-    verify_checksums: bool = False
+    verify: Literal["none", "first_open", "always"] = "none"
+    """When shard files are hashed against the index: never (sizes only), on each process's first open of a
+    shard, or on every open (every epoch)."""
+    on_corrupt: Literal["stop", "skip"] = "stop"
+    """A shard that differs from the index: stop with an error naming it, or leave it out on every rank
+    (decided when the loader is built; logged and counted in the loader state)."""
     collate: Literal["packed", "padded"] = "packed"
 
 

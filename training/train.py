@@ -116,7 +116,7 @@ def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
             data_dir=data.data_dir, split=data.split, global_batch_size=data.global_batch_size,
             micro_batch_size=data.micro_batch_size, seed=data.seed, weights=data.weights,
             samples_per_epoch=data.samples_per_epoch, num_workers=data.num_workers,
-            verify_checksums=data.verify_checksums, collate=data.collate,
+            verify=data.verify, on_corrupt=data.on_corrupt, collate=data.collate,
         )
     # Evaluation: the split's natural mixture (weights name training sources), no workers (a few
     # batches, read once per eval), the same batch geometry as training.

@@ -91,16 +91,18 @@ def test_a_flipped_byte_fails_checksum_verification(shards):
     raw = bytearray(path.read_bytes())
     raw[37] ^= 0x01
     path.write_bytes(bytes(raw))
-    cfg = LoaderConfig(str(shards.flat), global_batch_size=2, verify_checksums=True)
+    cfg = LoaderConfig(str(shards.flat), global_batch_size=2, verify="first_open")
     with pytest.raises(ShardDataError, match=r"train/prose/shard-00000\.tokens\.bin: sha256 [0-9a-f]{64} does not "
                                              r"match the index \([0-9a-f]{64}\): the file is corrupt"):
-        PackedLoader(cfg)
-    PackedLoader(LoaderConfig(str(shards.flat), global_batch_size=2))  # same size: only verification sees it
-    PackedLoader(LoaderConfig(str(shards.flat), split="validation", verify_checksums=True, global_batch_size=2))
+        list(PackedLoader(cfg))  # the epoch reads every train shard: the first open of prose's hashes it
+    list(PackedLoader(LoaderConfig(str(shards.flat), global_batch_size=2)))  # same size: only hashing sees it
+    list(PackedLoader(LoaderConfig(str(shards.flat), split="validation", verify="always", global_batch_size=2)))
 
 
 def test_intact_shards_pass_verification(shards):
-    assert PackedLoader(LoaderConfig(str(shards.flat), global_batch_size=2, verify_checksums=True)).steps_per_epoch == 9
+    loader = PackedLoader(LoaderConfig(str(shards.flat), global_batch_size=2, verify="always", on_corrupt="skip"))
+    # micro_batch_size 1: 2 micro-batches a step
+    assert loader.steps_per_epoch == 9 and len(list(loader)) == 18 and loader.skipped_shards == ()
 
 
 def test_a_truncated_or_missing_file_is_refused_on_open(shards):
@@ -109,7 +111,8 @@ def test_a_truncated_or_missing_file_is_refused_on_open(shards):
     with pytest.raises(ShardDataError, match=r"shard-00001\.mask\.bin: 79 bytes on disk, the index says 80"):
         PackedLoader(LoaderConfig(str(shards.flat)))
     path.unlink()
-    with pytest.raises(ShardDataError, match=r"shard-00001\.mask\.bin: missing \(listed in .*index\.json\)"):
+    with pytest.raises(ShardDataError, match=r"shard-00001\.mask\.bin: missing \(listed in the index\) \(shard "
+                                             r"train/code/shard-00001 of .*index\.json"):
         PackedLoader(LoaderConfig(str(shards.flat)))
 
 
@@ -131,7 +134,8 @@ def test_corrupt_segment_tables_are_reported_with_the_file(shards):
     ("samples_per_epoch", 0, "samples_per_epoch: expected None or an int >= 1, got 0"),
     ("collate", "ragged", r"collate: expected one of \['packed', 'padded'\], got 'ragged'"),
     ("weights", [("a", 1.0)], "weights: expected None or a mapping"),
-    ("verify_checksums", "yes", "verify_checksums: expected a bool, got 'yes'"),
+    ("verify", True, r"verify: expected one of \['none', 'first_open', 'always'\], got True"),
+    ("on_corrupt", "ignore", r"on_corrupt: expected one of \['stop', 'skip'\], got 'ignore'"),
 ])
 def test_config_errors_name_the_field(field, value, message):
     with pytest.raises(LoaderConfigError, match=message):

@@ -5,6 +5,14 @@ uses global samples [t*GB, (t+1)*GB) and rank r its contiguous block r of them (
 loader counts what it has handed to the caller, so `state_dict()` is exact even with workers that
 prefetch, and `load_state_dict()` seeks: it sets two integers and the next `iter()` builds its dataset
 at that micro-batch, reading nothing before it.
+
+Corruption on read: `verify` chooses when shard files are hashed against the index ("none", "first_open"
+in each process, "always" on every open: every epoch) and `on_corrupt` what a mismatch does ("stop": an
+error naming the shard, the file and what differed; "skip": the shard is left out). Skipping is decided
+once, when the loader is built, by a check every rank makes over every shard (shard_reader.SplitReader.
+_skip_corrupt): every rank and worker then has the same shards and the same global order, and the
+skipped shards are part of `state_dict()`, so a resume over different damage is refused, not silently
+reordered. A shard that goes bad after the build is found lazily and stops the run in both modes.
 """
 
 from __future__ import annotations
@@ -25,10 +33,14 @@ from training.data.global_order import GlobalOrder
 from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
 from training.data.mixture import Mixture
 from training.data.shard_index import read_flat_index
-from training.data.shard_reader import SplitReader
+from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
 
 STATE_FORMAT = "training.data.PackedLoader"
 STATE_VERSION = 1
+
+
+# identity keys added after version 1 was written, with the value a state that lacks them means
+_ADDED_KEYS: dict[str, Any] = {"skipped_shards": []}  # states saved before on_corrupt existed skipped nothing
 
 
 class LoaderConfigError(ValueError):
@@ -59,8 +71,14 @@ class LoaderConfig:
     samples_per_epoch: int | None = None
     """None: the split's total samples (of the sources with a weight > 0)."""
     num_workers: int = 0
-    verify_checksums: bool = False
-    """sha256 of every file of the split against the index when the loader is built."""
+    verify: str = "none"
+    """When shard files are hashed (sha256) against the index: "none" (sizes only, a stat per file when the
+    loader is built and before each shard is opened), "first_open" (the first time each process opens a
+    shard), "always" (every open: every epoch, so a file changed during training is caught)."""
+    on_corrupt: str = "stop"
+    """"stop": a shard that differs from the index raises an error naming it; "skip": shards that differ when
+    the loader is built are left out on every rank (hashed then unless verify is "none"), logged, counted
+    in `skipped_shards` and `state_dict()`."""
     collate: str = "packed"
     """"packed" (fixed seq_len, segments) or "padded" (one document per sample, padded to the longest in
     the batch, length-bucketed)."""
@@ -79,8 +97,10 @@ class LoaderConfig:
             raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {self.samples_per_epoch!r}")
         if self.weights is not None and not isinstance(self.weights, Mapping):
             raise LoaderConfigError(f"weights: expected None or a mapping source -> weight, got {self.weights!r}")
-        if not isinstance(self.verify_checksums, bool):
-            raise LoaderConfigError(f"verify_checksums: expected a bool, got {self.verify_checksums!r}")
+        if self.verify not in VERIFY_MODES:
+            raise LoaderConfigError(f"verify: expected one of {list(VERIFY_MODES)}, got {self.verify!r}")
+        if self.on_corrupt not in ON_CORRUPT:
+            raise LoaderConfigError(f"on_corrupt: expected one of {list(ON_CORRUPT)}, got {self.on_corrupt!r}")
         if self.collate not in COLLATES:
             raise LoaderConfigError(f"collate: expected one of {list(COLLATES)}, got {self.collate!r}")
 
@@ -93,9 +113,7 @@ class PackedLoader:
     def __init__(self, cfg: LoaderConfig, rank: int = 0, world_size: int = 1) -> None:
         self.cfg = cfg
         self.index = read_flat_index(cfg.data_dir)
-        self.reader = SplitReader(self.index, cfg.split)
-        if cfg.verify_checksums:
-            self.reader.verify_checksums()
+        self.reader = SplitReader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
         self.mixture = Mixture.from_weights(self.reader.sources, self.reader.sizes.tolist(), cfg.weights, cfg.split)
         drawn = sum(int(n) for n, p in zip(self.reader.sizes, self.mixture.numerators, strict=True) if p)
         self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
@@ -135,11 +153,22 @@ class PackedLoader:
         """Global samples of the current epoch handed out, assuming all ranks advance in lock step."""
         return self._micro * self.plan.samples_per_micro_batch_globally
 
+    @property
+    def skipped_shards(self) -> tuple[SkippedShard, ...]:
+        """Shards left out because their files differ from the index (on_corrupt="skip"), with why."""
+        return self.reader.skipped
+
+    @property
+    def skipped_samples(self) -> int:
+        return sum(s.samples for s in self.reader.skipped)
+
     # -- iteration ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         """This rank's micro-batches from the current position to the end of the current epoch; then the
         epoch advances (the next `iter()` starts the next epoch)."""
         self._generation += 1
+        if self.cfg.verify == "always":
+            self.reader.drop_maps()  # reopen, so rehash, every shard this epoch reads (workers start unmapped)
         return self._micro_batches(self._generation)
 
     def _micro_batches(self, generation: int) -> Iterator[dict[str, Any]]:
@@ -179,6 +208,8 @@ class PackedLoader:
     def _identity(self) -> dict[str, Any]:
         """What fixes the global order: a state saved under other values would resume a different one."""
         return {
+            # first: skipping also changes samples_per_epoch and the mixture, but this is the cause to name
+            "skipped_shards": [s.shard for s in self.reader.skipped],
             "seed": self.cfg.seed,
             "global_batch_size": self.cfg.global_batch_size,
             "samples_per_epoch": self.samples_per_epoch,
@@ -210,10 +241,11 @@ class PackedLoader:
         if state.get("version") != STATE_VERSION:
             raise LoaderStateError(f"state version {state.get('version')!r}; this loader reads {STATE_VERSION}")
         for key, mine in self._identity().items():
-            if key not in state:
+            if key not in state and key not in _ADDED_KEYS:
                 raise LoaderStateError(f"state lacks {key!r}")
-            if state[key] != mine:
-                raise LoaderStateError(f"state was saved with {key}={state[key]!r}, this loader has {mine!r}: the "
+            theirs = state.get(key, _ADDED_KEYS.get(key))
+            if theirs != mine:
+                raise LoaderStateError(f"state was saved with {key}={theirs!r}, this loader has {mine!r}: the "
                                        f"sample order would differ, so it cannot resume exactly")
         epoch, consumed = state.get("epoch"), state.get("consumed_samples")
         gb = self.cfg.global_batch_size

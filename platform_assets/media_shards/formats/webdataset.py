@@ -29,6 +29,7 @@ from platform_assets.media_shards.samples import EXTENSIONS, MediaSample
 from platform_assets.packing.formats.base import HashedOutput
 from platform_assets.packing.formats.webdataset import ustar_header
 from platform_assets.storage import StagedDir
+from platform_assets.tar_members import member_key_and_field
 
 NAME = "webdataset"
 FEATURES_MEMBER = "input_features.npy"
@@ -90,7 +91,7 @@ def read(fs: pafs.FileSystem, path: str, shard: str) -> Iterator[MediaRecord]:
     with fs.open_input_stream(path, compression=None) as f, tarfile.open(fileobj=f, mode="r|") as tar:
         key, members = None, {}
         for m in tar:
-            k, _, ext = m.name.partition(".")
+            k, ext = member_key_and_field(m, shard)
             if k != key and key is not None:
                 yield _record(key, members, shard)
                 members = {}
@@ -104,8 +105,8 @@ def read_ids(fs: pafs.FileSystem, path: str) -> list[str]:
     """Keys in order from the member headers; the seekable file lets tarfile skip every member's data."""
     ids: list[str] = []
     with fs.open_input_file(path) as f, tarfile.open(fileobj=f, mode="r:") as tar:
-        for name in tar.getnames():
-            key = name.partition(".")[0]
+        for m in tar.getmembers():
+            key = member_key_and_field(m, path)[0]
             if not ids or ids[-1] != key:
                 ids.append(key)
     return ids

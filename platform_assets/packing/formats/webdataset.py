@@ -21,6 +21,7 @@ from platform_assets.packing.formats.base import (
 )
 from platform_assets.packing.samples import ShardSamples, ShardSetError
 from platform_assets.storage import StagedDir
+from platform_assets.tar_members import member_key_and_field
 
 NAME = "webdataset"
 _TAR_BLOCK = 512
@@ -99,10 +100,14 @@ def open_set(staged: StagedDir, fmt_dir: str, set_prefix: str, header: SetHeader
 def read(fs: pafs.FileSystem, base: str, index: dict, shard: dict) -> ShardSamples:
     with fs.open_input_stream(f"{base}/{shard['files']['data']['path']}", compression=None) as f:
         data = f.read()
+    if len(data) != shard["files"]["data"]["bytes"]:
+        # tarfile reads a tar cut between members as a shorter, valid archive: the size must say it
+        raise ShardSetError(f"{shard['name']}: tar is {len(data)} bytes, index says {shard['files']['data']['bytes']} "
+                            f"(truncated or replaced)")
     members: dict[str, dict[str, np.ndarray]] = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for m in tar.getmembers():
-            key, _, field = m.name.partition(".")
+            key, field = member_key_and_field(m, shard["name"])
             members.setdefault(key, {})[field] = np.load(io.BytesIO(tar.extractfile(m).read()), allow_pickle=False)
     keys = sorted(members)
     if len(keys) != shard["samples"]:
