@@ -34,7 +34,7 @@ from platform_assets.media.settings import MediaSettings
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.splits.settings import SplitSettings
-from platform_assets.storage import S3Settings
+from platform_assets.storage import S3_MAX_ATTEMPTS, S3Settings
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
 from platform_assets.training_launch.settings import TrainingLaunchSettings
 from platform_assets.versioning.settings import VersioningSettings
@@ -64,6 +64,9 @@ class S3Options(StrictModel):
     endpoint_url: str | None = None
     """For MinIO or a local moto server; credentials come from the standard AWS environment."""
     region: str = "us-east-1"
+    max_attempts: Annotated[int, Field(ge=1)] = S3_MAX_ATTEMPTS
+    """Attempts per S3 request, with exponential backoff (AWS's standard retry mode): 5 ride out a few
+    seconds of a refused or resetting endpoint; a longer outage fails the step and its retry policy re-runs it."""
 
 
 class StorageConfig(StrictModel):
@@ -153,7 +156,8 @@ class PipelineConfig(StrictModel):
         return self.tokenizer.model_copy(update={"path": local})
 
     def s3_settings(self) -> S3Settings:
-        return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region)
+        return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region,
+                          max_attempts=self.storage.s3.max_attempts)
 
     def source_location(self, name: str) -> str:
         src = self.source(name)

@@ -14,11 +14,13 @@ directory and committed as a whole:
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import json
 import os
 import secrets
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +34,26 @@ from platform_assets.contracts import MANIFEST_FILE as MANIFEST_NAME
 _HASH_CHUNK = 8 * 2**20
 
 
+# Attempts per S3 request (AWS's "standard" retry mode: exponential backoff with full jitter). Measured
+# against a refused endpoint: 3 attempts (AWS's default) give up after ~2.5 s, 6 after ~6 s, 10 after
+# ~90 s (the waits cap at 20 s); 5 rides out an endpoint restart of a few seconds inside one request,
+# and longer outages fail the step, which the assets' retry policy runs again (defs/stage_asset.py).
+S3_MAX_ATTEMPTS = 5
+
+# A write that fails for want of space: the filesystem (or quota) is full, or a file outgrew RLIMIT_FSIZE.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class StorageFullError(OSError):
+    """Writing an output ran out of space. Names the output; the previous output there is unchanged (it is
+    only replaced by a complete, committed new one), and running again once space is freed writes it."""
+
+    def __init__(self, output_uri: str, cause: OSError):
+        super().__init__(cause.errno, f"no space left writing {output_uri} ({cause.strerror or cause}); the "
+                                      f"previous output there is unchanged: free space and run again")
+        self.output_uri = output_uri
+
+
 @dataclass(frozen=True)
 class S3Settings:
     """How to reach S3: endpoint (MinIO, moto), region, and explicit credentials (e.g. from
@@ -42,6 +64,7 @@ class S3Settings:
     access_key: str | None = None
     secret_key: str | None = None
     session_token: str | None = None
+    max_attempts: int = S3_MAX_ATTEMPTS
 
 
 def s3_filesystem(settings: S3Settings | None = None) -> pafs.S3FileSystem:
@@ -57,7 +80,8 @@ def s3_filesystem(settings: S3Settings | None = None) -> pafs.S3FileSystem:
         kwargs["scheme"] = parsed.scheme
         # MinIO and moto serve every bucket on the endpoint's own host: path-style addressing.
         kwargs["force_virtual_addressing"] = False
-    return pafs.S3FileSystem(**kwargs)
+    return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=settings.max_attempts),
+                             **kwargs)
 
 
 def resolve_filesystem(location: str, s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
@@ -152,9 +176,22 @@ class Storage:
             yield staged
             staged.manifest = staged.write_manifest()
             self._commit(staging, final, parent, name)
+        except OSError as err:
+            if err.errno in DISK_FULL_ERRNOS and not isinstance(err, StorageFullError):
+                raise StorageFullError(self.uri(rel), err) from err
+            raise
         finally:
+            # after an error, a failed cleanup (the S3 endpoint still down) must not replace that error;
+            # the staging directory is hidden from every listing, and the next run stages a new one
+            self._discard_staging(staging, quiet=sys.exc_info()[1] is not None)
+
+    def _discard_staging(self, staging: str, quiet: bool) -> None:
+        try:
             if self.fs.get_file_info(staging).type != pafs.FileType.NotFound:
                 self.fs.delete_dir(staging)
+        except OSError:
+            if not quiet:
+                raise
 
     def _recover(self, parent: str, name: str) -> None:
         """Repair a crash of an earlier commit and clear its leftovers (local only)."""

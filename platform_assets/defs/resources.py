@@ -33,6 +33,7 @@ class PipelineResource(dg.ConfigurableResource):
             access_key=self.s3.aws_access_key_id,
             secret_key=self.s3.aws_secret_access_key,
             session_token=self.s3.aws_session_token,
+            max_attempts=base.max_attempts,
         )
 
     def storage(self, cfg: PipelineConfig | None = None) -> Storage:

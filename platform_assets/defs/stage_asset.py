@@ -22,7 +22,7 @@ from platform_assets.defs.resources import PipelineResource
 from platform_assets.ingest.readers.huggingface import DatasetLoadError
 from platform_assets.layout import asset_dir
 from platform_assets.schema import SchemaVersionError
-from platform_assets.storage import Storage, manifest_version
+from platform_assets.storage import Storage, StorageFullError, manifest_version
 from platform_assets.versioning.dvc_repo import DvcError
 
 R = TypeVar("R", bound=StageResult)
@@ -31,6 +31,31 @@ R = TypeVar("R", bound=StageResult)
 # stack trace in the UI). Anything else (a ConservationError, an AssertionError) keeps its traceback.
 USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SchemaVersionError, DatasetLoadError, DvcError, ValueError,
                                             OSError)
+
+# Every stage asset re-runs its whole step after a transient fault (an S3 endpoint restarting, a
+# connection reset, a `dvc push` cut off, a DataLoader worker killed): outputs are staged and committed
+# atomically, so a retry starts from the previous output and writes the same bytes. Waits of 2, 6 and
+# 14 s, each +-2 s of jitter (steps failing together do not return together): an outage of up to
+# ~16-28 s is ridden out on top of the S3 client's own retries (storage.s3.max_attempts). A definition
+# property rather than pipeline config: Dagster fixes it when it loads the code, before any config is
+# read. Deterministic failures (config, schema, bad input, missing files, a full disk) carry
+# allow_retries=False and fail at once; an unexpected exception (a bug) is retried like Dagster's own
+# default would, at most 3 times.
+TRANSIENT_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+
+# OSErrors that say something about the path or the machine, not the moment: waiting does not help
+# (a full disk is freed by a person or a cleanup, not in seconds)
+_PERMANENT_OS_ERRORS: tuple[type[OSError], ...] = (FileNotFoundError, PermissionError, IsADirectoryError,
+                                                   NotADirectoryError, FileExistsError, StorageFullError)
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether running the same step again, with the same input and config, may succeed."""
+    if isinstance(err, DvcError):
+        return err.transient  # set for the commands that talk to the remote (push, pull, status -c)
+    if isinstance(err, _PERMANENT_OS_ERRORS):
+        return False
+    return isinstance(err, OSError)  # network errors (pyarrow's S3 client raises OSError), I/O errors
 
 
 @dataclass(frozen=True)
@@ -52,13 +77,16 @@ def stage_context(pipeline: PipelineResource, asset: str, partition: str | None 
 
 @contextmanager
 def failures_as_dagster(asset: str) -> Iterator[None]:
-    """Map USER_ERRORS to `dg.Failure` naming the asset; let every other exception through."""
+    """Map USER_ERRORS to `dg.Failure` naming the asset, retried by TRANSIENT_RETRY only where the
+    error is transient; let every other exception through."""
     try:
         yield
     except dg.Failure:
         raise
     except USER_ERRORS as err:
-        raise dg.Failure(description=f"{asset}: {err}", metadata={"error": type(err).__name__}) from None
+        transient = is_transient(err)
+        raise dg.Failure(description=f"{asset}: {err}", allow_retries=transient,
+                         metadata={"error": type(err).__name__, "transient": transient}) from None
 
 
 def run_stage(asset: str, stage: Callable[[], R]) -> R:

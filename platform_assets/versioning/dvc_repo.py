@@ -25,7 +25,15 @@ from platform_assets.versioning.settings import DvcRemote
 
 
 class DvcError(RuntimeError):
-    """A DVC or git command failed; the message holds the command and DVC's own error."""
+    """A DVC or git command failed; the message holds the command and DVC's own error.
+
+    `transient`: the command talks to the remote (push, pull, status --cloud), so a network fault or
+    an interrupted transfer may be the cause and running it again may succeed (the dataset_version
+    asset's retry policy does); a failed `commit` or `add` is about the workspace and is not retried."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -67,17 +75,19 @@ class DvcRepo:
         self.root = Path(root).resolve()
         self.dvc = find_dvc(executable, self.root)
 
-    def _run(self, program: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _run(self, program: str, *args: str, check: bool = True,
+             talks_to_remote: bool = False) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
         proc = subprocess.run([program, *args], cwd=self.root, env=env, capture_output=True, text=True)
         if check and proc.returncode != 0:
             name = Path(program).name
             raise DvcError(f"`{name} {' '.join(args)}` failed in {self.root} (exit {proc.returncode}):\n"
-                           f"{(proc.stderr or proc.stdout).strip()}")
+                           f"{(proc.stderr or proc.stdout).strip()}", transient=talks_to_remote)
         return proc
 
-    def dvc_cmd(self, *args: str) -> str:
-        return self._run(self.dvc, *args).stdout
+    def dvc_cmd(self, *args: str, talks_to_remote: bool = False) -> str:
+        """`talks_to_remote`: the command transfers to or from the remote (its failure may be transient)."""
+        return self._run(self.dvc, *args, talks_to_remote=talks_to_remote).stdout
 
     # -- repository ----------------------------------------------------------------------------
     def is_git(self) -> bool:
@@ -155,16 +165,18 @@ class DvcRepo:
 
     def push(self, version: DatasetVersion, remote: str | None = None) -> DatasetVersion:
         target = version.stage or version.recorded_in
-        self.dvc_cmd("push", "--quiet", *(["--remote", remote] if remote else []), target)
+        self.dvc_cmd("push", "--quiet", *(["--remote", remote] if remote else []), target, talks_to_remote=True)
         return DatasetVersion(**{**version.as_dict(), "remote": remote, "pushed": True})
 
     def missing_in_remote(self, version: DatasetVersion, remote: str | None = None) -> list[str]:
         """What `dvc status --cloud` says the remote lacks for this version (empty: fully pushed)."""
         target = version.stage or version.recorded_in
-        out = self.dvc_cmd("status", "--cloud", "--json", *(["--remote", remote] if remote else []), target)
+        out = self.dvc_cmd("status", "--cloud", "--json", *(["--remote", remote] if remote else []), target,
+                           talks_to_remote=True)
         status = json.loads(out or "{}")
         return sorted(f"{path}: {state}" for path, state in status.items())
 
     def pull(self, target: str, remote: str | None = None) -> None:
         """`target`: a stage name or a `.dvc` file (what `DatasetVersion.stage`/`recorded_in` hold)."""
-        self.dvc_cmd("pull", "--quiet", "--force", *(["--remote", remote] if remote else []), target)
+        self.dvc_cmd("pull", "--quiet", "--force", *(["--remote", remote] if remote else []), target,
+                     talks_to_remote=True)

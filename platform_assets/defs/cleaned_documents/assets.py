@@ -9,11 +9,12 @@ from platform_assets.defs.cleaned_documents.checks import CLEANING_CHECKS, evalu
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.spot_checks import spot_check, to_markdown
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     partitions_def=source_partitions,
     deps=["raw_documents"],
     check_specs=CLEANING_CHECKS,

@@ -5,11 +5,12 @@ import dagster as dg
 from platform_assets.defs.dataset_splits.checks import SPLIT_CHECKS, evaluate_split_checks
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.splits.stage import split_outputs
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=["deduplicated_documents"],
     check_specs=SPLIT_CHECKS,
     group_name="dedup",

@@ -9,7 +9,7 @@ import dagster as dg
 from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.dataset_version.checks import VERSION_CHECKS, evaluate_version_checks
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import failures_as_dagster, stage_context
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, failures_as_dagster, stage_context
 from platform_assets.versioning.card_facts import LeakCheck, gather_card_facts
 from platform_assets.versioning.dataset_card import CARD_FILE, card_for_ui, render_dataset_card
 from platform_assets.versioning.dvc_repo import DvcRepo
@@ -31,6 +31,7 @@ def latest_leak_check(instance: dg.DagsterInstance) -> LeakCheck | None:
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=[SHARDS, MEDIA],
     check_specs=VERSION_CHECKS,
     group_name="release",

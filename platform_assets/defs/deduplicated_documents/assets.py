@@ -9,7 +9,7 @@ from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
 from platform_assets.defs.metadata import arrow_table, counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.spot_checks import spot_check, to_markdown
 
 UPSTREAM = "cleaned_documents"
@@ -29,6 +29,7 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=[dg.AssetDep(UPSTREAM, partition_mapping=dg.AllPartitionMapping())],
     check_specs=DEDUP_CHECKS,
     group_name="dedup",

@@ -8,7 +8,7 @@ from platform_assets.charts import bar_chart_markdown
 from platform_assets.defs.media_shards.checks import MEDIA_CHECKS, evaluate_media_checks
 from platform_assets.defs.metadata import arrow_table, column_schema
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.ingest.readers import source_directory
 from platform_assets.media_shards.formats import MediaSetHeader
 from platform_assets.media_shards.formats.parquet import arrow_schema
@@ -19,6 +19,7 @@ MODALITIES = ("image", "pdf", "audio")
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=["dataset_splits"],
     check_specs=MEDIA_CHECKS,
     group_name="media",

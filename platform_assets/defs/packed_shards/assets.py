@@ -8,7 +8,7 @@ from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.metadata import arrow_table
 from platform_assets.defs.packed_shards.checks import PACKED_CHECKS, evaluate_packed_checks
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.packing.stage import pack_outputs
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 
@@ -30,6 +30,7 @@ def tokenizer_files(storage, rel: str) -> dict[str, bytes]:
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=["tokenized_documents", "tokenizer"],
     check_specs=PACKED_CHECKS,
     group_name="tokens",

@@ -8,12 +8,13 @@ from platform_assets.defs.raw_documents.checks import RAW_DOCUMENT_CHECKS, evalu
 from platform_assets.defs.raw_documents.fingerprint import FINGERPRINT_KEY, source_fingerprint
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.ingest.run import ingest_source
 from platform_assets.schema import QuarantineReason
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     partitions_def=source_partitions,
     check_specs=RAW_DOCUMENT_CHECKS,
     group_name="ingest",

@@ -5,7 +5,7 @@ import pyarrow as pa
 
 from platform_assets.defs.metadata import arrow_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.layout import asset_dir
 from platform_assets.tokenize.stage import tokenize_outputs
 
@@ -20,6 +20,7 @@ TOKENIZED_CHECKS = [
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=["dataset_splits", "tokenizer"],
     check_specs=TOKENIZED_CHECKS,
     group_name="tokens",

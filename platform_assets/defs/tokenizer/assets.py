@@ -4,7 +4,7 @@ import dagster as dg
 
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import run_stage, stage_context, stage_result
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.tokenize.stage import build_tokenizer
 
 TOKENIZER_CHECKS = [
@@ -22,6 +22,7 @@ BYTES_PER_TOKEN_RANGE = (1.5, 8.0)
 
 
 @dg.asset(
+    retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=["dataset_splits"],
     check_specs=TOKENIZER_CHECKS,
     group_name="tokens",

@@ -9,6 +9,7 @@ import dagster as dg
 from platform_assets.charts import line_chart_markdown
 from platform_assets.config import REPO_ROOT
 from platform_assets.defs.resources import PipelineResource
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY
 from platform_assets.layout import asset_dir
 from platform_assets.training_launch.command import run_extras, torchrun_command
 from platform_assets.versioning.record import VERSION_FILE
@@ -27,6 +28,9 @@ TRAINING_CHECKS = [
 
 
 @dg.asset(
+    # a job that dies (a DataLoader worker killed, a rank OOM-killed) is relaunched and resumes its latest
+    # checkpoint exactly; at most the steps since that checkpoint are trained again
+    retry_policy=TRANSIENT_RETRY,
     deps=["dataset_version"],
     check_specs=TRAINING_CHECKS,
     group_name="training",
