@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform_assets.contracts import DEFAULT_IO, PART_GLOB, PART_PREFIX, IOSettings, schema_tag
+from platform_assets.output_lock import BasedOn
 from platform_assets.progress import tracked_batches
 from platform_assets.schema import UPGRADABLE_TAGS, check_documents_version, upgrade_documents
 from platform_assets.storage import StagedDir, Storage
@@ -275,14 +276,17 @@ class TableSink:
         sink.files, sink.rows   # the committed manifest and the rows written
     """
 
-    def __init__(self, storage: Storage, rel: str, schema: pa.Schema, io: IOSettings | None = None):
+    def __init__(self, storage: Storage, rel: str, schema: pa.Schema, io: IOSettings | None = None,
+                 based_on: BasedOn | None = None):
+        """based_on: the output's version the caller read (Storage.staged_dir refuses to commit over another)."""
         self.storage, self.rel, self.schema = storage, rel, schema
+        self.based_on = based_on
         self.io = io or IOSettings()
         self.files: dict[str, dict[str, object]] = {}
         self._writers: list[PartWriter] = []
 
     def __enter__(self) -> TableSink:
-        self._staging = self.storage.staged_dir(self.rel)
+        self._staging = self.storage.staged_dir(self.rel, self.based_on)
         self.staged = self._staging.__enter__()
         self._main = self.part_writer(self.schema)
         return self

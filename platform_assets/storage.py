@@ -22,7 +22,7 @@ import os
 import secrets
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from platform_assets.contracts import MANIFEST_FILE as MANIFEST_NAME
+from platform_assets.output_lock import BasedOn, check_based_on, output_lock
 
 _HASH_CHUNK = 8 * 2**20
 
@@ -159,12 +160,28 @@ class Storage:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
+    def output_version(self, rel: str) -> str | None:
+        """sha256 of the output's `_manifest.json` (None: no committed output): changes with every commit."""
+        return self.sha256(f"{rel}/{MANIFEST_NAME}") if self.exists(f"{rel}/{MANIFEST_NAME}") else None
+
     @contextmanager
-    def staged_dir(self, rel: str) -> Iterator[StagedDir]:
+    def staged_dir(self, rel: str, based_on: BasedOn | None = None) -> Iterator[StagedDir]:
         """Stage a whole output directory; it replaces `rel` only if the block exits cleanly.
 
-        On an exception the staging directory is removed and the previous output is untouched.
+        On an exception the staging directory is removed and the previous output is untouched. One writer
+        at a time per output (a second one waits: output_lock.py); with `based_on`, the block is not entered
+        (ConcurrentCommitError) unless the output is still the version the caller read.
         """
+        self.fs.create_dir(str(PurePosixPath(self.path(rel)).parent), recursive=True)
+        final = self.path(rel)
+        with (output_lock(f"{PurePosixPath(final).parent}/.{PurePosixPath(final).name}.lock", self.uri(rel))
+              if self.is_local else nullcontext()):
+            check_based_on(based_on, self.output_version(rel), self.uri(rel))
+            with self._staged_dir_locked(rel, based_on) as staged:
+                yield staged
+
+    @contextmanager
+    def _staged_dir_locked(self, rel: str, based_on: BasedOn | None) -> Iterator[StagedDir]:
         final = self.path(rel)
         parent, name = str(PurePosixPath(final).parent), PurePosixPath(final).name
         self.fs.create_dir(parent, recursive=True)
@@ -175,6 +192,8 @@ class Storage:
         try:
             yield staged
             staged.manifest = staged.write_manifest()
+            if not self.is_local:  # no lock on S3: check again, as late as possible
+                check_based_on(based_on, self.output_version(rel), self.uri(rel))
             self._commit(staging, final, parent, name)
         except OSError as err:
             if err.errno in DISK_FULL_ERRNOS and not isinstance(err, StorageFullError):

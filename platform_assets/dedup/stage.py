@@ -31,6 +31,7 @@ from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, 
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
+from platform_assets.output_lock import BasedOn
 from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
@@ -94,6 +95,9 @@ def deduplicate_outputs(
         if s.names != schema.names:
             raise ValueError(f"{rel} has columns {s.names}, expected {schema.names} like the other inputs")
 
+    # incremental: this run adds to the version it reads now; committing over a newer one (another run's,
+    # committed meanwhile) would drop that run's documents and signatures, so the commit checks it
+    based_on = BasedOn(storage.output_version(out_rel)) if settings.incremental else None
     previous = TableSource(storage, out_rel, io)
     accepted, seen, previous_exclusions = None, None, None
     if settings.incremental:
@@ -124,7 +128,7 @@ def deduplicate_outputs(
 
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
-    with TableSink(storage, out_rel, out_schema, io) as sink:
+    with TableSink(storage, out_rel, out_schema, io, based_on) as sink:
         if seen is not None:  # incremental: earlier runs' documents first, as they were
             for batch in previous.batches():
                 carried += batch.num_rows
