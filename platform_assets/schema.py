@@ -180,7 +180,8 @@ class QuarantineReason:
     TEXT_NOT_STRING = "text_not_string"
     EMPTY_TEXT = "empty_text"
     EMPTY_FILE = "empty_file"
-    BINARY_FILE = "binary_file"
+    BINARY_FILE = "binary_file"  # a whole-file document (text, HTML) with NUL bytes in its first 8 KiB
+    BINARY_RECORD = "binary_record"  # a line or CSV text field with NUL bytes: that record only
     UNREADABLE_FILE = "unreadable_file"
     RAGGED_CSV_ROW = "ragged_csv_row"
     MALFORMED_CSV = "malformed_csv"
@@ -275,5 +276,10 @@ def single_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 def text_sample(raw: bytes | str, limit: int = 200) -> str:
     """A short, always-valid-UTF-8 excerpt for the quarantine table (bad bytes shown as \\xNN)."""
     if isinstance(raw, str):
-        return raw[:limit]
+        # a CSV cell decoded with surrogateescape carries its bad bytes as lone surrogates, which
+        # Arrow refuses to store: turn them back into bytes and show them as \xNN like the rest
+        try:
+            return raw[:limit].encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # other lone surrogates (JSON "\ud800"): escaped as \udNNN
+            return raw[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
     return raw[:limit].decode("utf-8", "backslashreplace")

@@ -66,7 +66,8 @@ class QuarantineSink:
     def add(self, uri: str, reason: str, detail: str | None = None, sample: bytes | str | None = None) -> None:
         self.counts[reason] += 1
         self.rows.append(
-            (self.source, uri, reason, (detail or "")[:500] or None, None if sample is None else text_sample(sample))
+            (self.source, uri, reason, text_sample(detail or "", 500) or None,
+             None if sample is None else text_sample(sample))
         )
 
     @classmethod

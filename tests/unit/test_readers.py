@@ -190,7 +190,7 @@ def test_parquet_string_binary_and_wrong_types(tmp_path, write_config, storage):
 def test_text_per_line_and_per_file(tmp_path, write_config, storage):
     d = tmp_path / "txt"
     d.mkdir()
-    (d / "a.txt").write_bytes(b"first line\n\n   \nsecond line\n\xff broken\nthird\n")
+    (d / "a.txt").write_bytes(b"first line\n\n   \nsecond line\n\xff broken\nthird\n\x00\x01 junk\nlast\n")
     (d / "b.txt").write_bytes(b"")
     cfg = write_config(
         [
@@ -200,12 +200,13 @@ def test_text_per_line_and_per_file(tmp_path, write_config, storage):
     )
     ingest_source(cfg, "lines", storage, "raw_documents/lines")
     docs, quarantine = _read_output(tmp_path, "raw_documents/lines")
-    assert docs["text"].to_pylist() == ["first line", "second line", "third"]
-    assert _reasons(quarantine) == {f"{d}/a.txt#line=5": "invalid_utf8", f"{d}/b.txt": "empty_file"}
+    assert docs["text"].to_pylist() == ["first line", "second line", "third", "last"]
+    assert _reasons(quarantine) == {f"{d}/a.txt#line=5": "invalid_utf8", f"{d}/a.txt#line=7": "binary_record",
+                                    f"{d}/b.txt": "empty_file"}
     ingest_source(cfg, "files", storage, "raw_documents/files")
     docs, quarantine = _read_output(tmp_path, "raw_documents/files")
-    assert docs.num_rows == 0
-    assert _reasons(quarantine) == {f"{d}/a.txt": "invalid_utf8", f"{d}/b.txt": "empty_file"}
+    assert docs.num_rows == 0  # one document per file: its NUL bytes decide for all of it
+    assert _reasons(quarantine) == {f"{d}/a.txt": "binary_file", f"{d}/b.txt": "empty_file"}
 
 
 def test_folder_of_documents(tmp_path, write_config, storage):
@@ -250,15 +251,19 @@ def test_unreadable_file_keeps_records_read_before_the_failure(tmp_path, write_c
     good = gzip.compress(b"".join(b'{"text": "record %d"}\n' % i for i in range(1000)))
     (d / "a.jsonl.gz").write_bytes(good[: len(good) // 2])  # truncated gzip stream
     (d / "b.jsonl").write_bytes(b'{"text": "intact"}\n')
-    (d / "c.jsonl").write_bytes(b"\x00\x01\x02binary junk\x00" * 10)
+    (d / "c.jsonl").write_bytes(b"\x00\x01\x02binary junk\x00" * 10 + b'\n{"text": "after the junk"}\n')
     cfg = write_config([{"name": "gz", "format": "jsonl", "path": str(d)}])
     result = ingest_source(cfg, "gz", storage, "raw_documents/gz")
     docs, quarantine = _read_output(tmp_path, "raw_documents/gz")
     reasons = _reasons(quarantine)
-    assert reasons[f"{d}/a.jsonl.gz"] == "unreadable_file"
-    assert reasons[f"{d}/c.jsonl"] == "binary_file"
-    assert "intact" in docs["text"].to_pylist()
-    assert result.rows == docs.num_rows >= 1
+    # every line the cut stream still holds whole is kept; the tail is quarantined at its line
+    kept = [t for t in docs["text"].to_pylist() if t.startswith("record ")]
+    assert kept == [f"record {i}" for i in range(len(kept))] and len(kept) > 400
+    assert reasons[f"{d}/a.jsonl.gz#line={len(kept) + 1}"] == "unreadable_file"
+    # a JSONL line of binary junk costs that line, not the file (per record, not per file)
+    assert reasons[f"{d}/c.jsonl#line=1"] == "malformed_json"
+    assert {"intact", "after the junk"} <= set(docs["text"].to_pylist())
+    assert result.rows == docs.num_rows
 
 
 def test_huge_document_is_quarantined_not_loaded(tmp_path, write_config, storage):

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from platform_assets.ingest.file_io import SNIFF_BYTES, compression_of, looks_binary, open_stream
+from platform_assets.ingest.file_io import compression_of, open_stream
 from platform_assets.ingest.media_records import MediaReader
 from platform_assets.ingest.media_types import MEDIA_EXTENSIONS
 from platform_assets.ingest.readers.delimited import read_csv
@@ -21,7 +21,8 @@ from platform_assets.ingest.readers.manifest import manifest_chunks, read_manife
 from platform_assets.ingest.readers.parquet import read_parquet
 from platform_assets.ingest.readers.plain_text import SIDECAR_SUFFIXES, read_lines, read_whole_file
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
-from platform_assets.ingest.roots import RootGuard
+from platform_assets.ingest.roots import RootGuard, listed_outside_root
+from platform_assets.ingest.salvaging_stream import open_record_stream, quarantine_broken_tail
 from platform_assets.ingest.settings import (
     CsvSource,
     FolderSource,
@@ -105,15 +106,15 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry, media: Medi
     if isinstance(src, ParquetSource):
         yield from read_parquet(ctx, file, src.text_field, src.meta_fields)
         return
-    with open_stream(ctx.fs, file.path) as stream:
-        if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
+    if isinstance(src, FolderSource) or (isinstance(src, TextSource) and src.unit == "file"):
+        # one document per file: the only place where a file's bytes decide for all of it
+        with open_stream(ctx.fs, file.path) as stream:
             reader = MediaReader(ctx, media, frozenset(src.media)) if getattr(src, "media", None) else None
             yield from read_whole_file(ctx, file, stream, root, reader, sidecar)
-            return
-        head = stream.read(SNIFF_BYTES)
-    if looks_binary(head):
-        ctx.quarantine.add(ctx.uri(file.path), Q.BINARY_FILE, "NUL bytes in the first 8 KiB", head[:64])
         return
+    # Line and row formats decide per record, whatever the bytes around it: a NUL byte, invalid
+    # UTF-8 or an overlong line costs its own line, and a damaged compressed tail costs the lines
+    # from the damage on (quarantined below), never the records before them.
     if isinstance(src, JsonlSource) and isinstance(ctx.fs, pafs.LocalFileSystem) and compression_of(file.path) is None:
         with open(file.path, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -125,7 +126,7 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry, media: Medi
             except BufferError:  # a block is still referenced (the consumer stopped early): GC unmaps it
                 pass
         return
-    with open_stream(ctx.fs, file.path) as stream:
+    with open_record_stream(ctx.fs, file.path) as stream:
         if isinstance(src, JsonlSource):
             yield from read_jsonl(ctx, file, stream, src.text_field, src.meta_fields, chat=src.chat)
         elif isinstance(src, CsvSource):
@@ -134,13 +135,18 @@ def _file_records(ctx: ReadContext, src, root: str, file: FileEntry, media: Medi
             yield from read_lines(ctx, file, stream)
         else:  # pragma: no cover - the config's discriminated union has no other file formats
             raise TypeError(f"no file reader for {type(src).__name__}")
+        quarantine_broken_tail(ctx, file.path, stream)
 
 
 def _guarded(
-    ctx: ReadContext, file: FileEntry, records: Callable[[], Iterator[Record | RecordBlock]]
+    ctx: ReadContext, file: FileEntry, records: Callable[[], Iterator[Record | RecordBlock]], root: str
 ) -> Iterator[Record | RecordBlock]:
-    """A file that fails mid-read keeps what was read before and is quarantined with the error."""
+    """A file that fails mid-read keeps what was read before and is quarantined with the error; a listed
+    file that is really outside the source root (a symlink) is quarantined unopened."""
     uri = ctx.uri(file.path)
+    if (outside := listed_outside_root(ctx.fs, root, file.path)) is not None:
+        ctx.quarantine.add(uri, Q.PATH_OUTSIDE_ROOT, outside)
+        return
     if file.size == 0:
         ctx.quarantine.add(uri, Q.EMPTY_FILE, "0 bytes")
         return
@@ -203,7 +209,7 @@ def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> li
                           lambda sink, _threads=True: read_huggingface(src, location, sink, mtime, cfg.media))]
     ctx, root, files = source_files(cfg, name, s3)
     if isinstance(src, ManifestSource):
-        return _manifest_units(cfg, src, ctx, files, s3)
+        return _manifest_units(cfg, src, ctx, root, files, s3)
     reads_media = bool(getattr(src, "media", None))
     pairs = sidecar_pairs(files) if reads_media and getattr(src, "sidecars", False) else {}
     consumed = {f.path for f in pairs.values()}
@@ -212,20 +218,26 @@ def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> li
         def read(sink: QuarantineSink, parse_threads: bool = True) -> Iterator[Record | RecordBlock]:
             file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
             return _guarded(file_ctx, file, lambda: _file_records(file_ctx, src, root, file, cfg.media,
-                                                                  pairs.get(file.path)))
+                                                                  pairs.get(file.path)), root)
 
         return InputUnit(index, ctx.uri(file.path), read, file.size, media=reads_media)
 
     return [unit(i, f) for i, f in enumerate(f for f in files if f.path not in consumed)]
 
 
-def _manifest_units(cfg: SourcePlan, src: ManifestSource, ctx: ReadContext, files: list[FileEntry],
+def _manifest_units(cfg: SourcePlan, src: ManifestSource, ctx: ReadContext, root: str, files: list[FileEntry],
                     s3: S3Settings | None) -> list[InputUnit]:
     """Each manifest is cut into chunks of `ingest.media_group_files` rows, one input unit each."""
     units: list[InputUnit] = []
     roots = [cfg.resolve(r) for r in src.roots]
     s3 = s3 or cfg.s3_settings()
     for file in files:
+        if listed_outside_root(ctx.fs, root, file.path) is not None:  # chunking would open it: refuse it here
+            def refuse(sink: QuarantineSink, parse_threads: bool = True, file=file) -> Iterator[Record | RecordBlock]:
+                return _guarded(replace(ctx, quarantine=sink), file, lambda: iter(()), root)
+
+            units.append(InputUnit(len(units), ctx.uri(file.path), refuse, file.size, media=True))
+            continue
         base = ctx.uri(file.path).rpartition("/")[0] or "/"
         guard = RootGuard.for_base(base, roots)
         for chunk in manifest_chunks(ctx.fs, file, cfg.ingest.media_group_files):
@@ -233,7 +245,7 @@ def _manifest_units(cfg: SourcePlan, src: ManifestSource, ctx: ReadContext, file
                      guard=guard) -> Iterator[Record | RecordBlock]:
                 file_ctx = replace(ctx, quarantine=sink, parse_threads=parse_threads)
                 return _guarded(file_ctx, file, lambda: read_manifest(
-                    file_ctx, file, chunk, MediaReader(file_ctx, cfg.media), guard, s3))
+                    file_ctx, file, chunk, MediaReader(file_ctx, cfg.media), guard, s3), root)
 
             label = f"{ctx.uri(file.path)}#line={chunk[2]}"
             units.append(InputUnit(len(units), label, read, chunk[1] - chunk[0], files=cfg.ingest.media_group_files,

@@ -42,7 +42,8 @@ def read_csv(
     try:
         header = next(reader)
     except StopIteration:
-        ctx.quarantine.add(base, Q.EMPTY_FILE, "no header row")
+        if getattr(stream, "broken", None) is None:  # else a damaged compressed start: one row says so
+            ctx.quarantine.add(base, Q.EMPTY_FILE, "no header row")
         return
     except csv.Error as err:
         ctx.quarantine.add(base, Q.MALFORMED_CSV, f"header: {err}")
@@ -68,9 +69,21 @@ def read_csv(
             ctx.quarantine.add(uri, Q.RAGGED_CSV_ROW, f"{len(row)} fields, header has {width}", sample)
             continue
         record = dict(zip(header, row, strict=True))
+        text_chars = len(record[text_field])
+        # the same bound as a JSONL line (csv's own field limit is process-wide and only ever raised);
+        # a character is 1-4 UTF-8 bytes, so most rows are decided without encoding them
+        if text_chars * 4 > ctx.max_document_bytes and (
+                text_chars > ctx.max_document_bytes
+                or len(record[text_field].encode("utf-8", "surrogateescape")) > ctx.max_document_bytes):
+            ctx.quarantine.add(uri, Q.DOCUMENT_TOO_LARGE, f"text of {text_chars} characters > "
+                               f"{ctx.max_document_bytes} bytes", record[text_field][:200])
+            continue
         if _has_undecodable(record[text_field]):
             sample = record[text_field].encode("utf-8", "surrogateescape")
             ctx.quarantine.add(uri, Q.INVALID_UTF8, f"text is not valid {ctx.encoding}", sample)
+            continue
+        if "\x00" in record[text_field]:  # binary bytes in this row's text: this row only
+            ctx.quarantine.add(uri, Q.BINARY_RECORD, "NUL characters in the text field", delimiter.join(row))
             continue
         try:
             yield Record(extract_text(record, text_field), uri, meta_json(record, text_field, meta_fields), mtime)

@@ -23,10 +23,11 @@ import pyarrow.parquet as pq
 
 from platform_assets.contracts import MESSAGES_KEY
 from platform_assets.ingest.chat import ChatFields, chat_messages, render_chat_text
-from platform_assets.ingest.file_io import compression_of, iter_lines, open_stream
+from platform_assets.ingest.file_io import compression_of, iter_lines
 from platform_assets.ingest.media_records import MediaReader
 from platform_assets.ingest.records import ReadContext, Record, Rejected
 from platform_assets.ingest.roots import RootGuard
+from platform_assets.ingest.salvaging_stream import open_record_stream, quarantine_broken_tail
 from platform_assets.schema import QuarantineReason as Q
 from platform_assets.storage import FileEntry, S3Settings, resolve_filesystem
 
@@ -116,8 +117,9 @@ def read_manifest(ctx: ReadContext, file: FileEntry, chunk: tuple[int, int, int]
         with ctx.fs.open_input_file(file.path) as f:  # Parquet needs random access to its footer
             rows = list(manifest_rows(ctx, file, f))  # rows are small; media are read one at a time
     elif compression_of(file.path) is not None:
-        with open_stream(ctx.fs, file.path) as stream:
+        with open_record_stream(ctx.fs, file.path) as stream:  # a damaged tail costs its rows only
             rows = list(manifest_rows(ctx, file, stream))
+            quarantine_broken_tail(ctx, file.path, stream)
     else:
         with ctx.fs.open_input_file(file.path) as f:
             f.seek(start)

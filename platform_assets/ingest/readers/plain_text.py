@@ -127,9 +127,19 @@ def read_lines(ctx: ReadContext, file: FileEntry, stream) -> Iterator[Record]:
             continue
         if not line or line.isspace():
             continue
+        if b"\x00" in line and _is_ascii_compatible(ctx.encoding):
+            # the binary sniff of one line: a NUL is never text in these encodings (a run of binary
+            # bytes between newlines); only this line goes, the file's other lines are read
+            ctx.quarantine.add(uri, Q.BINARY_RECORD, "NUL bytes in a text line", line)
+            continue
         try:
             text = line.decode(ctx.encoding)
         except UnicodeDecodeError as err:
             ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", line)
             continue
         yield Record(text, uri, None, mtime)
+
+
+def _is_ascii_compatible(encoding: str) -> bool:
+    """UTF-16/32 text has NUL bytes in every character: there a NUL says nothing."""
+    return not encoding.lower().replace("-", "").replace("_", "").startswith(("utf16", "utf32", "ucs"))
