@@ -292,3 +292,35 @@ def test_manifest_rows_are_decided_per_row_and_a_cut_gzip_keeps_the_rows_before_
     if cut:
         expected.append((f"{path}#line={whole_lines + 1}", "unreadable_file"))
     assert list(zip(quarantine["uri"].to_pylist(), quarantine["reason"].to_pylist(), strict=True)) == expected
+
+
+@pytest.mark.parametrize("position", ["start", "middle", "end"])
+def test_parquet_bad_rows_cost_only_themselves(tmp_path, write_config, storage, position):
+    texts: list[bytes | None] = [f"good record {i}".encode() for i in range(100)]
+    at = {"start": 0, "middle": 50, "end": 100}[position]
+    texts[at:at] = [b"caf\xe9", None, b"   "]  # a binary text column: bytes decoded per row
+    path = _file(tmp_path, "t.parquet")
+    pq.write_table(pa.table({"text": pa.array(texts, pa.binary())}), path, row_group_size=30)
+    docs, quarantine = _ingest(tmp_path, write_config, storage, "parquet", path)
+    assert docs["text"].to_pylist() == [f"good record {i}" for i in range(100)]
+    assert docs["uri"].to_pylist() == [f"{path}#row={i if i < at else i + 3}" for i in range(100)]
+    reasons = dict(zip(quarantine["uri"].to_pylist(), quarantine["reason"].to_pylist(), strict=True))
+    assert reasons == {f"{path}#row={at}": "invalid_utf8", f"{path}#row={at + 1}": "missing_text_field",
+                       f"{path}#row={at + 2}": "empty_text"}
+
+
+def test_a_damaged_parquet_row_group_costs_only_its_rows(tmp_path, write_config, storage):
+    path = _file(tmp_path, "t.parquet")
+    table = pa.table({"text": [f"good record {i} " + "x" * (i % 50) for i in range(500)]})
+    pq.write_table(table, path, row_group_size=100, compression="zstd")
+    column = pq.ParquetFile(path).metadata.row_group(2).column(0)
+    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + 40 : start + column.total_compressed_size - 8] = b"\xff" * (column.total_compressed_size - 48)
+    path.write_bytes(bytes(data))
+    docs, quarantine = _ingest(tmp_path, write_config, storage, "parquet", path)
+    expected = [t for i, t in enumerate(table["text"].to_pylist()) if not 200 <= i < 300]
+    assert docs["text"].to_pylist() == expected  # row groups 0, 1, 3 and 4
+    assert quarantine["uri"].to_pylist() == [f"{path}#row=200"]
+    assert quarantine["reason"].to_pylist() == ["unreadable_file"]
+    assert "row group 2 (rows 200-299)" in quarantine["detail"][0].as_py()

@@ -38,22 +38,38 @@ def read_parquet(ctx: ReadContext, file: FileEntry, text_field: str, meta_fields
         return
     wanted = schema.names if meta_fields is None else [text_field, *[m for m in meta_fields if m in schema.names]]
     row = 0
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted):
-        texts = batch.column(text_field).to_pylist()
-        others = batch.drop_columns([text_field]).to_pylist() if batch.num_columns > 1 else None
-        for i, text in enumerate(texts):
-            uri = f"{base}#row={row + i}"
-            if is_binary and text is not None:
-                try:
-                    text = text.decode(ctx.encoding)
-                except UnicodeDecodeError as err:
-                    ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", text)
-                    continue
-            record = {text_field: text}
-            if others is not None:
-                record.update(others[i])
+    for group in range(pf.num_row_groups):
+        group_rows = pf.metadata.row_group(group).num_rows
+        read = 0
+        try:
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted, row_groups=[group]):
+                yield from _batch_records(ctx, batch, base, row + read, text_field, meta_fields, is_binary, mtime)
+                read += batch.num_rows
+        except (pa.ArrowException, OSError) as err:
+            # a damaged row group costs its unread rows; the groups after it are read (a row-oriented
+            # format decides per record: here the smallest unit Parquet can decode on its own)
+            ctx.quarantine.add(f"{base}#row={row + read}", Q.UNREADABLE_FILE,
+                               f"row group {group} (rows {row}-{row + group_rows - 1}): rows from {row + read} "
+                               f"unreadable: {type(err).__name__}: {err}")
+        row += group_rows
+
+
+def _batch_records(ctx: ReadContext, batch: pa.RecordBatch, base: str, first_row: int, text_field: str,
+                   meta_fields: list[str] | None, is_binary: bool, mtime: int | None) -> Iterator[Record]:
+    texts = batch.column(text_field).to_pylist()
+    others = batch.drop_columns([text_field]).to_pylist() if batch.num_columns > 1 else None
+    for i, text in enumerate(texts):
+        uri = f"{base}#row={first_row + i}"
+        if is_binary and text is not None:
             try:
-                yield Record(extract_text(record, text_field), uri, meta_json(record, text_field, meta_fields), mtime)
-            except Rejected as rej:
-                ctx.quarantine.add(uri, rej.reason, rej.detail)
-        row += batch.num_rows
+                text = text.decode(ctx.encoding)
+            except UnicodeDecodeError as err:
+                ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", text)
+                continue
+        record = {text_field: text}
+        if others is not None:
+            record.update(others[i])
+        try:
+            yield Record(extract_text(record, text_field), uri, meta_json(record, text_field, meta_fields), mtime)
+        except Rejected as rej:
+            ctx.quarantine.add(uri, rej.reason, rej.detail)
