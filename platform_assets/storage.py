@@ -4,9 +4,10 @@ Everything goes through pyarrow's FileSystem, so a root of ``/data/platform`` or
 ``s3://bucket/prefix`` is a config change and nothing else. Outputs are written into a staging
 directory and committed as a whole:
 
-- local: the staging directory replaces the old output by two renames (``old -> .trash``,
-  ``staging -> final``); both are atomic on POSIX and a crash between them is repaired on the next
-  open (the trash is renamed back), so readers see either the previous output or the new one;
+- local: the staging directory and the old output swap places in one ``renameat2(RENAME_EXCHANGE)``
+  (Linux >= 3.17), so at every instant the final path holds the previous output or the new one;
+  where the kernel or filesystem lacks it, two renames (``old -> .trash``, ``staging -> final``),
+  and a crash between them is repaired on the next open (the trash is renamed back);
 - S3: objects are written under a staging prefix and then copied into place; every single object
   appears atomically (S3 PUT semantics). ``_manifest.json`` is written last and lists each file with
   its size and sha256, so a reader can tell a complete output from an interrupted copy.
@@ -14,12 +15,14 @@ directory and committed as a whole:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fnmatch
 import hashlib
 import json
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -33,6 +36,43 @@ from platform_assets.contracts import MANIFEST_FILE as MANIFEST_NAME
 from platform_assets.output_lock import BasedOn, check_based_on, output_lock
 
 _HASH_CHUNK = 8 * 2**20
+
+FAULT_KILL_AT_ENV = "PLATFORM_FAULT_KILL_AT"
+"""Fault injection for the crash tests (tests/faults/): ``PLATFORM_FAULT_KILL_AT=<point>:<output>``
+SIGKILLs this process when it reaches the named point while writing an output directory equal to or
+under ``<output>`` (``commit-swapped:raw_documents`` matches ``raw_documents/web``). The points, in
+the order a commit passes them: ``staged`` (every file written, no manifest yet), ``manifest-written``
+(staging complete, nothing renamed), ``commit-swapped`` (new output in place, the old one not yet
+deleted), and for single files ``atomic-write-staged`` (temporary file synced, not yet renamed).
+Unset, a point costs one environment lookup per commit."""
+
+
+def fault_point(point: str, rel: str) -> None:
+    """Die here, as a power cut or the OOM killer would, if PLATFORM_FAULT_KILL_AT names this point."""
+    target = os.environ.get(FAULT_KILL_AT_ENV)
+    if not target:
+        return
+    name, _, output = target.partition(":")
+    if name == point and (rel == output or rel.startswith(f"{output}/")):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one atomic step (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not Linux/glibc >= 2.28
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):  # a filesystem without it
+        return False
+    raise OSError(err, os.strerror(err), a, None, b)
 
 
 # Attempts per S3 request (AWS's "standard" retry mode: exponential backoff with full jitter). Measured
@@ -191,10 +231,12 @@ class Storage:
         staged = StagedDir(self.fs, staging)
         try:
             yield staged
+            fault_point("staged", rel)
             staged.manifest = staged.write_manifest()
+            fault_point("manifest-written", rel)
             if not self.is_local:  # no lock on S3: check again, as late as possible
                 check_based_on(based_on, self.output_version(rel), self.uri(rel))
-            self._commit(staging, final, parent, name)
+            self._commit(staging, final, parent, name, rel)
         except OSError as err:
             if err.errno in DISK_FULL_ERRNOS and not isinstance(err, StorageFullError):
                 raise StorageFullError(self.uri(rel), err) from err
@@ -228,8 +270,14 @@ class Storage:
             if os.path.exists(full) and (p in trash or ".staging-" in p):
                 self.fs.delete_dir(full)
 
-    def _commit(self, staging: str, final: str, parent: str, name: str) -> None:
+    def _commit(self, staging: str, final: str, parent: str, name: str, rel: str) -> None:
         if self.is_local:
+            if os.path.exists(final) and _exchange(staging, final):
+                # the old output now sits under the staging name: a crash before this delete leaves
+                # it to `_recover`, which clears staging leftovers
+                fault_point("commit-swapped", rel)
+                self.fs.delete_dir(staging)
+                return
             trash = None
             if os.path.exists(final):
                 trash = _join(parent, f".{name}.trash-{secrets.token_hex(6)}")
