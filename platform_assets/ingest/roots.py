@@ -5,6 +5,10 @@ is read only if it resolves inside the source's roots.
 is opened: local paths are resolved with `os.path.realpath` (which follows symlinks without opening
 the target) and compared with the real roots; S3 keys are normalised (`a/../b` -> `b`) and must start
 with a root prefix. A refused path is quarantined as `path_outside_root` naming where it led.
+
+The same holds for the files a source directory lists: Arrow's local listing follows symlinks (a link
+to a file, or into a linked directory, is listed as if it were there), so `listed_outside_root` checks
+each listed file's real path against the source's real root before it is opened.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass
+
+import pyarrow.fs as pafs
 
 from platform_assets.ingest.records import Rejected
 from platform_assets.schema import QuarantineReason as Q
@@ -56,3 +62,14 @@ class RootGuard:
                 return uri
         raise Rejected(Q.PATH_OUTSIDE_ROOT, f"{name!r} resolves to {uri}, outside the source's roots "
                                             f"{list(self.roots)}: not opened")
+
+
+def listed_outside_root(fs: pafs.FileSystem, root: str, path: str) -> str | None:
+    """Why a file listed under a local source root is really outside it (a symlink leading out, or a file
+    inside a symlinked directory leading out), or None when it is inside (S3 has no links)."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return None
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    if real == real_root or real.startswith(real_root.rstrip("/") + "/"):
+        return None
+    return f"{path} leads to {real} (a symlink), outside the source root {real_root}: not opened"

@@ -20,6 +20,7 @@ from platform_assets.packing.samples import (
     concat_samples,
     token_dtype,
 )
+from platform_assets.safe_paths import UnsafePathError, check_index_paths
 from platform_assets.storage import list_files, resolve_filesystem
 
 __all__ = [  # the samples model is re-exported: readers of a shard set import it from here
@@ -59,6 +60,10 @@ def read_index_json(format_dir: str, fs: pafs.FileSystem | None, required: Seque
         raise error(f"{path}: not valid JSON ({e})") from e
     if missing := [k for k in required if k not in index]:
         raise error(f"{path}: missing keys {missing}")
+    try:
+        check_index_paths(index, path)
+    except UnsafePathError as e:
+        raise error(str(e)) from None
     return index, path
 
 

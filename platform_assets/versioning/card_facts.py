@@ -23,6 +23,7 @@ from platform_assets.dedup.settings import DedupSettings
 from platform_assets.ingest.settings import SourceConfigType
 from platform_assets.layout import asset_dir
 from platform_assets.query import output_dataset
+from platform_assets.safe_paths import check_manifest_paths
 from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import Storage
@@ -169,7 +170,8 @@ def _rule_counts(storage: Storage, rel_dirs: Sequence[str]) -> tuple[tuple[str, 
 def _formats(storage: Storage, rel: str) -> tuple[FormatFacts, ...]:
     """Each format directory of a shard set (one holding an index.json), weighed from the committed
     `_manifest.json`, which lists every file with its size and sha256."""
-    files: dict[str, dict] = storage.read_json(f"{rel}/{MANIFEST_FILE}")["files"]
+    manifest = f"{rel}/{MANIFEST_FILE}"
+    files: dict[str, dict] = check_manifest_paths(storage.read_json(manifest)["files"], storage.uri(manifest))
     out = []
     for path in sorted(files):
         fmt, _, name = path.partition("/")
