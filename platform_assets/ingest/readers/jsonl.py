@@ -51,6 +51,10 @@ class ArrowJsonBlockParser:
             table = self._read(block)
             if table is None:
                 return None
+            try:
+                table.column_names  # noqa: B018 - Arrow lets invalid UTF-8 through in keys too; decoding them here
+            except UnicodeDecodeError:  # the per-line path quarantines such a line as invalid_utf8
+                return None
             temporal = [f.name for f in table.schema if f.name != self.text_field and _has_temporal(f.type)]
             if not temporal:
                 break

@@ -56,8 +56,13 @@ def read_parquet(ctx: ReadContext, file: FileEntry, text_field: str, meta_fields
 
 def _batch_records(ctx: ReadContext, batch: pa.RecordBatch, base: str, first_row: int, text_field: str,
                    meta_fields: list[str] | None, is_binary: bool, mtime: int | None) -> Iterator[Record]:
-    texts = batch.column(text_field).to_pylist()
-    others = batch.drop_columns([text_field]).to_pylist() if batch.num_columns > 1 else None
+    try:
+        texts = batch.column(text_field).to_pylist()
+        others = batch.drop_columns([text_field]).to_pylist() if batch.num_columns > 1 else None
+    except UnicodeDecodeError:
+        # a string column holding invalid UTF-8 (Arrow checks on conversion, not on read): row by row
+        yield from _rows_one_by_one(ctx, batch, base, first_row, text_field, meta_fields, is_binary, mtime)
+        return
     for i, text in enumerate(texts):
         uri = f"{base}#row={first_row + i}"
         if is_binary and text is not None:
@@ -73,3 +78,15 @@ def _batch_records(ctx: ReadContext, batch: pa.RecordBatch, base: str, first_row
             yield Record(extract_text(record, text_field), uri, meta_json(record, text_field, meta_fields), mtime)
         except Rejected as rej:
             ctx.quarantine.add(uri, rej.reason, rej.detail)
+
+
+def _rows_one_by_one(ctx: ReadContext, batch: pa.RecordBatch, base: str, first_row: int, text_field: str,
+                     meta_fields: list[str] | None, is_binary: bool, mtime: int | None) -> Iterator[Record]:
+    for i in range(batch.num_rows):
+        row = batch.slice(i, 1)
+        try:
+            row.to_pylist()
+        except UnicodeDecodeError as err:
+            ctx.quarantine.add(f"{base}#row={first_row + i}", Q.INVALID_UTF8, f"a string column: {err.reason}")
+            continue
+        yield from _batch_records(ctx, row, base, first_row + i, text_field, meta_fields, is_binary, mtime)
