@@ -3,7 +3,6 @@ reading samples back through each format's reader (MEDIA_SHARD_FORMAT.md)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -11,6 +10,7 @@ from pathlib import PurePosixPath
 import pyarrow.fs as pafs
 
 from platform_assets.contracts import MANIFEST_FILE, SHARD_INDEX_FILE
+from platform_assets.manifest_file import ManifestError, read_manifest
 from platform_assets.media_shards.formats import REGISTRY, MediaRecord
 from platform_assets.packing.shard_index import fs_and_path, index_bytes, read_index_json
 from platform_assets.storage import Storage, file_sha256, list_files
@@ -113,11 +113,13 @@ def _index_against_manifest(fs: pafs.FileSystem, base: str) -> list[str]:
     manifest = f"{parent}/{MANIFEST_FILE}"
     if fs.get_file_info(manifest).type != pafs.FileType.File:
         return []
-    with fs.open_input_stream(manifest, compression=None) as f:
-        info = json.loads(f.read()).get("files", {}).get(f"{name}/{SHARD_INDEX_FILE}")
+    try:
+        info = read_manifest(fs, manifest).get(f"{name}/{SHARD_INDEX_FILE}")
+    except ManifestError as e:
+        return [str(e)]
     if info is None:
         return [f"{SHARD_INDEX_FILE}: not in {manifest}"]
-    if file_sha256(fs, f"{base}/{SHARD_INDEX_FILE}") != info["sha256"]:
+    if file_sha256(fs, f"{base}/{SHARD_INDEX_FILE}") != info.sha256:
         return [f"{SHARD_INDEX_FILE}: differs from {MANIFEST_FILE}"]
     return []
 

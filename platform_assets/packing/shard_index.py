@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from platform_assets.contracts import MANIFEST_FILE, SHARD_INDEX_FILE
+from platform_assets.manifest_file import ManifestError, read_manifest
 from platform_assets.packing.formats import FORMATS, REGISTRY, format_names
+from platform_assets.packing.index_shape import check_index_shape
 from platform_assets.packing.samples import (
     ROWS_PER_ROW_GROUP,
     ShardSamples,
@@ -56,8 +60,10 @@ def read_index_json(format_dir: str, fs: pafs.FileSystem | None, required: Seque
             index = json.loads(f.read())
     except FileNotFoundError as e:
         raise error(f"{path}: no index (not a {what} directory)") from e
-    except json.JSONDecodeError as e:
-        raise error(f"{path}: not valid JSON ({e})") from e
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; nesting too deep
+        raise error(f"{path}: not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(index, dict):
+        raise error(f"{path}: expected a JSON object, got {type(index).__name__}")
     if missing := [k for k in required if k not in index]:
         raise error(f"{path}: missing keys {missing}")
     try:
@@ -70,6 +76,7 @@ def read_index_json(format_dir: str, fs: pafs.FileSystem | None, required: Seque
 def load_index(format_dir: str, fs: pafs.FileSystem | None = None) -> dict:
     """A format directory's `index.json`, checked for the keys a reader relies on."""
     index, path = read_index_json(format_dir, fs, REQUIRED_KEYS, ShardSetError, "packed shard format")
+    check_index_shape(index, path)
     fmt = REGISTRY.get(index["format"])
     if fmt is None:
         raise ShardSetError(f"{path}: unknown format {index['format']!r}, expected one of {format_names()}")
@@ -160,14 +167,16 @@ def _check_against_manifest(fs: pafs.FileSystem, base: str) -> list[str]:
     manifest_path = f"{parent}/{MANIFEST_FILE}"
     if fs.get_file_info(manifest_path).type != pafs.FileType.File:
         return []
-    with fs.open_input_stream(manifest_path, compression=None) as f:
-        files = json.loads(f.read()).get("files", {})
+    try:
+        files = read_manifest(fs, manifest_path)
+    except ManifestError as e:
+        return [str(e)]
     info = files.get(f"{name}/{INDEX_NAME}")
     if info is None:
         return [f"{INDEX_NAME}: not in {manifest_path}"]
     sha, size = _sha256_and_size(fs, f"{base}/{INDEX_NAME}")
-    if (sha, size) != (info["sha256"], info["bytes"]):
-        return [f"{INDEX_NAME}: differs from {MANIFEST_FILE} (sha256 {sha[:12]}..., expected {info['sha256'][:12]}...)"]
+    if (sha, size) != (info.sha256, info.bytes):
+        return [f"{INDEX_NAME}: differs from {MANIFEST_FILE} (sha256 {sha[:12]}..., expected {info.sha256[:12]}...)"]
     return []
 
 
@@ -178,4 +187,14 @@ def read_shard_set(format_dir: str, fs: pafs.FileSystem | None = None) -> Iterat
     index = load_index(base, fs)
     read = REGISTRY[index["format"]].read
     for entry, shard in iter_shard_entries(index):
-        yield entry, shard, read(fs, base, index, shard)
+        try:
+            samples = read(fs, base, index, shard)
+        except ShardSetError:
+            raise
+        except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, tarfile.TarError,
+                pa.ArrowException) as e:
+            # a damaged shard file (found by fuzzing: tar, npy, Parquet and memmap errors of every kind)
+            files = ", ".join(f"{base}/{f['path']}" for f in shard["files"].values())
+            raise ShardSetError(f"{files}: unreadable {index['format']} shard {shard['name']} "
+                                f"({type(e).__name__}: {e})") from e
+        yield entry, shard, samples

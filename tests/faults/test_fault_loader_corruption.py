@@ -176,7 +176,8 @@ def test_platform_verification_names_the_damaged_parquet_or_tar_shard(tmp_path, 
 
 
 @pytest.mark.parametrize(("fmt", "suffix", "error", "message"), [
-    ("parquet", "parquet", pa.ArrowInvalid, "Parquet magic bytes not found"),
+    # Arrow's error, wrapped in the typed one naming the shard file (read_shard_set)
+    ("parquet", "parquet", ShardSetError, r"shard-00001\.parquet: unreadable parquet shard .*magic bytes not found"),
     # tarfile reads a tar cut between members as a shorter valid archive: the index's size must catch it
     ("webdataset", "tar", ShardSetError, r"train/web/shard-00001: tar is 10240 bytes, index says 20480"),
 ])

@@ -167,8 +167,8 @@ def read_flat_index(data_dir: str | Path) -> FlatIndex:
                               f"{INDEX_NAME})") from None
     try:
         doc = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ShardIndexError(f"{path}: not valid JSON ({err})") from None
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError (bytes not UTF-8/16/32)
+        raise ShardIndexError(f"{path}: not valid JSON ({type(err).__name__}: {err})") from None
     where = str(path)
     if not isinstance(doc, dict):
         raise ShardIndexError(f"{where}: expected a JSON object")
