@@ -4,8 +4,8 @@ Two runs materializing the same partition at once (two `dagster asset materializ
 beside a sensor run) both stage and commit the same output. Without a lock the second one's crash repair
 (`Storage._recover`, which deletes every `.<name>.staging-*` it finds as a dead writer's leftover) deletes
 the first run's staging directory while it is being written, and the first run fails with a missing file.
-`Storage.staged_dir` therefore holds `<parent>/.<name>.lock` (flock, exclusive) from before that repair
-until its commit (and removes it then): the second writer waits, then writes its own complete output.
+`Storage.staged_dir` therefore holds `<root>/.locks/<output>.lock` (flock, exclusive) from before that
+repair until its commit (and removes it then): the second writer waits, then writes its own complete output.
 flock, not a lock file made with O_EXCL: the kernel drops it when the process dies (SIGKILL, OOM), so a
 crashed run never leaves a lock that needs clearing by hand.
 
@@ -84,8 +84,11 @@ def output_lock(lock_path: str, uri: str) -> Iterator[None]:
     if waited_since is not None:
         log.warning("got %s after waiting %.1f s", uri, time.monotonic() - waited_since)
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.time():.0f}\n".encode(), 0)
+        try:  # who holds it, for the waiting message only: a full disk must not fail the write here
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.time():.0f}\n".encode(), 0)
+        except OSError:
+            pass
         yield
     finally:
         os.unlink(lock_path)  # while still holding it: a waiter on this file then sees it gone

@@ -36,6 +36,7 @@ from platform_assets.contracts import MANIFEST_FILE as MANIFEST_NAME
 from platform_assets.output_lock import BasedOn, check_based_on, output_lock
 
 _HASH_CHUNK = 8 * 2**20
+LOCKS_DIR = ".locks"  # under the storage root: one lock file per output being written (output_lock.py)
 
 FAULT_KILL_AT_ENV = "PLATFORM_FAULT_KILL_AT"
 """Fault injection for the crash tests (tests/faults/): ``PLATFORM_FAULT_KILL_AT=<point>:<output>``
@@ -212,13 +213,16 @@ class Storage:
         at a time per output (a second one waits: output_lock.py); with `based_on`, the block is not entered
         (ConcurrentCommitError) unless the output is still the version the caller read.
         """
-        self.fs.create_dir(str(PurePosixPath(self.path(rel)).parent), recursive=True)
-        final = self.path(rel)
-        with (output_lock(f"{PurePosixPath(final).parent}/.{PurePosixPath(final).name}.lock", self.uri(rel))
-              if self.is_local else nullcontext()):
+        with output_lock(self._lock_path(rel), self.uri(rel)) if self.is_local else nullcontext():
             check_based_on(based_on, self.output_version(rel), self.uri(rel))
             with self._staged_dir_locked(rel, based_on) as staged:
                 yield staged
+
+    def _lock_path(self, rel: str) -> str:
+        """`<root>/.locks/<rel>.lock`: hidden from every listing, apart from the outputs and their leftovers."""
+        lock = _join(self.base, LOCKS_DIR, f"{rel}.lock")
+        self.fs.create_dir(str(PurePosixPath(lock).parent), recursive=True)
+        return lock
 
     @contextmanager
     def _staged_dir_locked(self, rel: str, based_on: BasedOn | None) -> Iterator[StagedDir]:
