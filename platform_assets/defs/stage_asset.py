@@ -21,6 +21,7 @@ from platform_assets.defs.progress_log import run_log_progress
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.ingest.readers.huggingface import DatasetLoadError
 from platform_assets.layout import asset_dir
+from platform_assets.output_lock import ConcurrentCommitError
 from platform_assets.schema import SchemaVersionError
 from platform_assets.storage import Storage, StorageFullError, manifest_version
 from platform_assets.versioning.dvc_repo import DvcError
@@ -30,7 +31,7 @@ R = TypeVar("R", bound=StageResult)
 # Errors that describe the input or the config, not a bug: the run fails with the message alone (no
 # stack trace in the UI). Anything else (a ConservationError, an AssertionError) keeps its traceback.
 USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SchemaVersionError, DatasetLoadError, DvcError, ValueError,
-                                            OSError)
+                                            OSError, ConcurrentCommitError)
 
 # Every stage asset re-runs its whole step after a transient fault (an S3 endpoint restarting, a
 # connection reset, a `dvc push` cut off, a DataLoader worker killed): outputs are staged and committed
@@ -53,6 +54,8 @@ def is_transient(err: BaseException) -> bool:
     """Whether running the same step again, with the same input and config, may succeed."""
     if isinstance(err, DvcError):
         return err.transient  # set for the commands that talk to the remote (push, pull, status -c)
+    if isinstance(err, ConcurrentCommitError):
+        return True  # another run committed the output first; run again, this step builds on its version
     if isinstance(err, _PERMANENT_OS_ERRORS):
         return False
     return isinstance(err, OSError)  # network errors (pyarrow's S3 client raises OSError), I/O errors

@@ -29,7 +29,8 @@ from platform_assets.contracts import MANIFEST_FILE, SIGNATURES_FILE
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.raw_documents.partitions import source_partitions
-from platform_assets.output_lock import output_lock
+from platform_assets.defs.stage_asset import failures_as_dagster
+from platform_assets.output_lock import ConcurrentCommitError, output_lock
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
 from platform_assets.storage import Storage
 
@@ -182,6 +183,10 @@ def test_two_incremental_dedup_runs_from_one_signature_version_cannot_both_commi
     assert pq.read_table(root / out / SIGNATURES_FILE).num_rows == 50  # every kept document's signature once
     again = deduplicate_outputs(Storage(str(root)), inputs, out, DedupSettings(incremental=True))
     assert (again.rows_in, again.rows_out, again.carried_over) == (0, 50, 50)  # the re-run finds nothing new
+    # in Dagster the asset's retry policy runs that re-run itself, with the message and no traceback
+    with pytest.raises(dg.Failure) as failure, failures_as_dagster("deduplicated_documents"):
+        raise ConcurrentCommitError("changed while this run was computing from it")
+    assert failure.value.allow_retries and failure.value.metadata["transient"].value is True
 
 
 @pytest.mark.slow
