@@ -77,10 +77,11 @@ def global_order(flat: Path, num_workers: int, world_size: int = 2, **kw) -> lis
     return [i for step in zip(*per_rank, strict=True) for i in step]  # micro_batch_size 1: one id per rank a step
 
 
-@pytest.mark.parametrize("verify", ["first_open", "always"])
-def test_stop_on_a_flipped_byte_names_the_shard_and_both_hashes(shards, verify):
+@pytest.mark.parametrize(("verify", "num_workers"), [("first_open", 0), ("always", 0), ("first_open", 2)])
+def test_stop_on_a_flipped_byte_names_the_shard_and_both_hashes(shards, verify, num_workers):
     damage(shards.flat, "flipped_byte")
-    loader = PackedLoader(config(shards.flat, verify=verify))  # lazy: nothing is hashed yet
+    # lazy: nothing is hashed yet; with workers the worker that opens the shard finds it, torch re-raises it here
+    loader = PackedLoader(config(shards.flat, verify=verify, num_workers=num_workers))
     with pytest.raises(CorruptShardError, match=rf"{DAMAGED}\.tokens\.bin: sha256 [0-9a-f]{{64}} does not match "
                                                 rf"the index \([0-9a-f]{{64}}\).*\(shard {DAMAGED} of .*index\.json"):
         epoch_ids(loader)
