@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from platform_assets.safe_paths import UnsafePathError, inside_path
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -36,6 +38,10 @@ def parse_manifest(raw: bytes, path: str) -> dict[str, ManifestEntry]:
         raise ManifestError(f"{path}: expected an object with a 'files' object")
     out = {}
     for name, info in files.items():
+        try:
+            inside_path(name, f"{path}: files")  # a reader joins the name to the output's directory
+        except UnsafePathError as err:
+            raise ManifestError(str(err)) from None
         size = info.get("bytes") if isinstance(info, dict) else None
         digest = info.get("sha256") if isinstance(info, dict) else None
         if (not isinstance(size, int) or isinstance(size, bool) or size < 0

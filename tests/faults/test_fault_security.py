@@ -35,6 +35,7 @@ from platform_assets.defs.resources import PipelineResource, default_pipeline_re
 from platform_assets.defs.tokenized_documents.assets import tokenized_documents
 from platform_assets.defs.tokenizer.assets import tokenizer
 from platform_assets.ingest.run import QUARANTINE_FILE, ingest_source
+from platform_assets.manifest_file import ManifestError, parse_manifest
 from platform_assets.media_shards.formats import webdataset as media_webdataset
 from platform_assets.packing.formats import webdataset as token_webdataset
 from platform_assets.packing.shard_index import ShardSetError, load_index
@@ -251,6 +252,8 @@ def test_manifest_names_that_leave_the_output_are_refused(name):
                                               rf"directory"):
         check_manifest_paths(files, "out/_manifest.json")
     assert check_manifest_paths({"flat/index.json": {}}, "out/_manifest.json") == {"flat/index.json": {}}
+    with pytest.raises(ManifestError, match=rf"files: path '{re.escape(name)}' leaves its directory"):
+        parse_manifest(json.dumps({"files": files}).encode(), "out/_manifest.json")  # the verifiers' parser
 
 
 # -- symlinks in a source directory ------------------------------------------------------------------------
