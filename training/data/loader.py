@@ -74,7 +74,8 @@ class LoaderConfig:
     verify: str = "none"
     """When shard files are hashed (sha256) against the index: "none" (sizes only, a stat per file when the
     loader is built and before each shard is opened), "first_open" (the first time each process opens a
-    shard), "always" (every open: every epoch, so a file changed during training is caught)."""
+    shard; DataLoader workers are new processes every epoch, so with workers that is once per epoch per
+    worker that reads it), "always" (every open: every epoch, so a file changed during training is caught)."""
     on_corrupt: str = "stop"
     """"stop": a shard that differs from the index raises an error naming it; "skip": shards that differ when
     the loader is built are left out on every rank (hashed then unless verify is "none"), logged, counted
