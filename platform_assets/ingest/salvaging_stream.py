@@ -15,8 +15,10 @@ lines with it. This stream:
   next newline or a clean end: a line cut by the damage is never mistaken for a short record, it
   is part of the broken tail (`broken`), which the caller quarantines with its line number.
 
-Good files pay one extra copy of each block (the join of the pieces): 300 MB of JSONL read from
-.gz took 2.94-3.08 CPU-s before and 2.92-3.03 after, from .zst 1.82-2.00 and 1.94-1.97 (RELIABILITY.md).
+Good files cost the same: the hold-back is one copy of each block, the one iter_line_blocks no longer
+makes (its pending partial line is always empty now), and lines are counted only after damage.
+300 MB of JSONL (136k records) read from .gz: 2.83-3.12 CPU-s before, 2.86-3.13 after; from .zst
+1.85-1.89 before, 1.81-1.91 after (3 runs each, on a shared 2-core box).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from platform_assets.ingest.file_io import NewlineCounter, compression_of, open_stream
+from platform_assets.ingest.file_io import compression_of, open_stream
 from platform_assets.ingest.records import ReadContext
 from platform_assets.schema import QuarantineReason as Q
 
 # Reads of Arrow's stream: small enough that the salvage replays little (<= 256 + 4,096 reads), large
-# enough to cost nothing: 64 KiB pieces cost ~3-4% more CPU on 300 MB of gzip/zstd JSONL, 1 MiB none
+# enough to cost nothing (64 KiB pieces cost 3-4% more CPU on 300 MB of gzip/zstd JSONL; 1 MiB, none)
 PIECE_BYTES = 2**20
 SAMPLE_BYTES = 200
 
@@ -53,7 +55,7 @@ class BrokenTail:
 
 
 class SalvagingStream:
-    """`read(n)` over a decompressing stream opened by `open_stream`; see the module docstring."""
+    """`read(n)` over a file's decompressing stream; see the module docstring."""
 
     def __init__(self, fs: pafs.FileSystem, path: str):
         self._fs, self._path = fs, path
@@ -63,10 +65,11 @@ class SalvagingStream:
         self._buffered = 0
         self._consumed = 0  # bytes taken from the inner stream (returned or buffered)
         self._returned = 0
-        self._newlines = NewlineCounter()
-        self._lines_returned = 0
         self._ended = False
         self._error: str | None = None
+        # newlines handed out, counted only once damage is found (the replay counts the prefix): a
+        # count of every good block cost ~5 ms per 16 MiB, 3-5% of reading a .zst file
+        self._lines_returned = 0
         self.broken: BrokenTail | None = None
 
     def read(self, n: int = -1) -> bytes:
@@ -74,29 +77,32 @@ class SalvagingStream:
             return b""
         want = n if n is not None and n > 0 else 1 << 62
         while self._buffered < want and not self._ended:
-            self._fill()
+            self._fill(min(PIECE_BYTES, want - self._buffered))
         data = b"".join(self._pieces) if len(self._pieces) != 1 else self._pieces[0]
-        out = data[:want]
+        cut = min(want, len(data))
         if not self._ended or self._error is not None:
             # hold back a partial last line: damage further on may still cut it. A line longer than
             # the read (16 MiB JSONL blocks, 4 MiB CSV reads) is handed on in pieces, as a plain
             # stream would; after damage, a partial line is the broken tail, never a record.
-            cut = out.rfind(b"\n") + 1
-            if cut or self._error is not None:
-                out = out[:cut]
-        rest = data[len(out):]
+            line_end = data.rfind(b"\n", 0, cut) + 1
+            if line_end or self._error is not None:
+                cut = line_end
+        # one copy of the block, as before (iter_line_blocks no longer joins a pending partial line)
+        out = data if cut == len(data) else data[:cut]
+        rest = data[cut:] if cut < len(data) else b""
         self._pieces = [rest] if rest else []
         self._buffered = len(rest)
         self._returned += len(out)
-        self._lines_returned += self._newlines.count(out)
-        if not out and self._error is not None and self.broken is None:
-            self.broken = BrokenTail(self._lines_returned + 1, self._returned, self._error, rest[:SAMPLE_BYTES])
+        if self._error is not None:
+            self._lines_returned += out.count(b"\n")
+            if not out and self.broken is None:
+                self.broken = BrokenTail(self._lines_returned + 1, self._returned, self._error, rest[:SAMPLE_BYTES])
         return out
 
-    def _fill(self) -> None:
+    def _fill(self, size: int) -> None:
         assert self._inner is not None
         try:
-            piece = self._inner.read(PIECE_BYTES)
+            piece = self._inner.read(size)
         except (OSError, pa.ArrowException) as err:
             self._salvage(err)
             return
@@ -118,35 +124,41 @@ class SalvagingStream:
         self._error = f"{type(err).__name__}: {err}"
         if self._codec == "gzip":
             with self._fs.open_input_stream(self._path, compression=None) as raw:
-                salvaged = inflate_up_to_damage(raw, self._consumed)
+                salvaged, prefix_newlines = inflate_up_to_damage(raw, self._consumed)
         else:
-            salvaged = self._replay_bytewise()
+            salvaged, prefix_newlines = self._replay_bytewise()
+        # lines handed out = newlines in everything taken so far, less those still buffered
+        self._lines_returned = prefix_newlines - sum(p.count(b"\n") for p in self._pieces)
         if salvaged:
             self._take(salvaged)
 
-    def _replay_bytewise(self) -> bytes:
-        """Arrow's stream again, skipping what was taken, in ever smaller reads: a read that fails
-        returns nothing of what it decoded, so reads of 4 KiB (at most 256 in the failing piece),
-        then of one byte (at most 4,096) lose at most one byte. Truncation then loses nothing; a
-        damaged zstd/bz2/lz4 block loses what Arrow decodes with it (its 64 KiB input chunk)."""
+    def _replay_bytewise(self) -> tuple[bytes, int]:
+        """(bytes past those taken, newlines in those taken) from Arrow's stream again, read in ever
+        smaller steps: a read that fails returns nothing of what it decoded, so reads of 4 KiB (at
+        most 256 in the failing 1 MiB piece), then of one byte (at most 4,096) lose at most one
+        byte. Truncation then loses nothing; a damaged zstd/bz2/lz4 block loses what Arrow decodes
+        with it (its 64 KiB input chunk)."""
         salvaged = bytearray()
+        prefix_newlines = 0
         for step in (4096, 1):
             replay = open_stream(self._fs, self._path)
             try:
                 skip = self._consumed + len(salvaged)
                 while skip and (chunk := replay.read(min(PIECE_BYTES, skip))):
                     skip -= len(chunk)
+                    if step == 4096:
+                        prefix_newlines += chunk.count(b"\n")
                 while True:
                     try:
                         chunk = replay.read(step)
                     except (OSError, pa.ArrowException):
                         break
                     if not chunk:
-                        return bytes(salvaged)
+                        return bytes(salvaged), prefix_newlines
                     salvaged += chunk
             finally:
                 replay.close()
-        return bytes(salvaged)
+        return bytes(salvaged), prefix_newlines
 
     def _close_inner(self) -> None:
         if self._inner is not None:
@@ -163,18 +175,22 @@ class SalvagingStream:
         self.close()
 
 
-def inflate_up_to_damage(raw: pa.NativeFile, skip: int) -> bytes:
-    """Every byte zlib inflates from a gzip stream (members one after another) before it fails, past
-    the first `skip`. Arrow inflates 64 KiB of input per call and a failing call returns nothing, so
-    damage in a file's first 64 KiB would lose every line before it; here the input piece that
-    fails is fed again in slices, from a copy of the decoder taken before it."""
+def inflate_up_to_damage(raw: pa.NativeFile, skip: int) -> tuple[bytes, int]:
+    """(every byte zlib inflates from a gzip stream before it fails, past the first `skip`; the
+    newlines in those first `skip`). Members are read one after another (`cat a.gz b.gz`). Arrow
+    inflates 64 KiB of input per call and a failing call returns nothing, so damage in a file's
+    first 64 KiB would lose every line before it; here the input piece that fails is fed again in
+    slices, from a copy of the decoder taken before it."""
     out = bytearray()
     produced = 0
+    prefix_newlines = 0
 
     def keep(chunk: bytes) -> None:
-        nonlocal produced
+        nonlocal produced, prefix_newlines
         start = max(0, skip - produced)
         produced += len(chunk)
+        if start:
+            prefix_newlines += chunk[:start].count(b"\n")
         if start < len(chunk):
             out.extend(chunk[start:] if start else chunk)
 
@@ -186,12 +202,12 @@ def inflate_up_to_damage(raw: pa.NativeFile, skip: int) -> bytes:
                 keep(decoder.decompress(piece))
             except zlib.error:
                 _inflate_until_error(before, piece, keep)
-                return bytes(out)
+                return bytes(out), prefix_newlines
             if not decoder.eof:
                 break
-            piece = decoder.unused_data  # the next gzip member (`cat a.gz b.gz`)
+            piece = decoder.unused_data  # the next gzip member
             decoder = zlib.decompressobj(wbits=31)
-    return bytes(out)
+    return bytes(out), prefix_newlines
 
 
 def _inflate_until_error(decoder, piece: bytes, keep: Callable[[bytes], None], step: int = 4096) -> None:

@@ -240,7 +240,7 @@ def test_damaged_gzip_block_keeps_the_lines_before_it(tmp_path, write_config, st
     assert quarantine["reason"].to_pylist()[-1] == "unreadable_file"
 
 
-def test_csv_rows_with_nul_or_bad_bytes_in_other_fields_cost_only_their_row(tmp_path, write_config, storage):
+def test_csv_row_with_a_bad_byte_in_another_column_costs_only_that_row(tmp_path, write_config, storage):
     rows = [["text", "url"], ["first", "u1"], ["second", "caf\udce9"], ["third", "u3"]]
     buf = io.StringIO(newline="")
     csv.writer(buf).writerows(rows)
