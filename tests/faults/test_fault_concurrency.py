@@ -136,6 +136,22 @@ def test_a_second_writer_of_one_output_waits_then_commits_whole(tmp_path):
     assert set(assert_intact(root / rel)) == {"who.txt"}
 
 
+def test_a_writer_killed_while_holding_the_lock_blocks_nobody(tmp_path):
+    root, rel = tmp_path / "out", "raw_documents/web"
+    a = python(tmp_path, "a", WRITER, str(root), rel, "A", str(tmp_path / "never"))
+    try:
+        a.wait_for("entered A", 60)
+    finally:
+        a.proc.kill()  # SIGKILL inside the staged dir: the kernel drops its flock, its lock file stays
+    assert a.finish(60) == -9
+    assert Path(lock_path(root, rel)).exists()
+    b = python(tmp_path, "b", WRITER, str(root), rel, "B", "-")
+    assert b.finish(60) == 0, b.text()
+    assert WAITING not in b.text()  # a dead holder's file is not a held lock
+    assert (root / rel / "who.txt").read_text() == "B"
+    assert set(assert_intact(root / rel)) == {"who.txt"}  # A's staging cleared, B's lock removed
+
+
 WORDS = "data shard token model train valid corpus filter clean dedup split pack index byte text page".split()
 
 

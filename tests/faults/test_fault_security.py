@@ -319,7 +319,7 @@ def project(tmp_path):
     return root, home
 
 
-@pytest.mark.slow  # the chain to the dataset card: ~20 s on 2 free cores
+@pytest.mark.slow  # the main command up to the dataset card: ~50 s measured beside other test runs on 2 cores
 def test_a_planted_secret_reaches_no_output_event_log_metadata_or_card(project, monkeypatch, capsys):
     root, home = project
     secret = f"planted-{secrets.token_hex(16)}"
