@@ -4,7 +4,8 @@ Every line/row format (JSONL, CSV, text lines), plain and compressed, gets bad r
 middle and end (NUL bytes, invalid UTF-8, an overlong line, a ragged row, a truncated last line);
 every valid record must be kept (count and ids) and every bad one quarantined with its reason at its
 line. Compressed files cut short keep every line the codec can still decode; the tail is one
-quarantine row at the line where decoding stopped.
+quarantine row at the line where decoding stopped. Media manifests (JSONL rows) and Parquet (rows,
+row groups) get the same treatment.
 """
 
 from __future__ import annotations
