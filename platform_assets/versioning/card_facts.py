@@ -22,6 +22,7 @@ from platform_assets.contracts import EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB,
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.ingest.settings import SourceConfigType
 from platform_assets.layout import asset_dir
+from platform_assets.manifest_file import parse_manifest
 from platform_assets.query import output_dataset
 from platform_assets.safe_paths import check_manifest_paths
 from platform_assets.splits.assignment import SPLIT_NAMES
@@ -170,8 +171,9 @@ def _rule_counts(storage: Storage, rel_dirs: Sequence[str]) -> tuple[tuple[str, 
 def _formats(storage: Storage, rel: str) -> tuple[FormatFacts, ...]:
     """Each format directory of a shard set (one holding an index.json), weighed from the committed
     `_manifest.json`, which lists every file with its size and sha256."""
-    manifest = f"{rel}/{MANIFEST_FILE}"
-    files: dict[str, dict] = check_manifest_paths(storage.read_json(manifest)["files"], storage.uri(manifest))
+    manifest = storage.uri(f"{rel}/{MANIFEST_FILE}")
+    # a damaged manifest is a ManifestError naming it, not a KeyError from the card
+    files = check_manifest_paths(parse_manifest(storage.read_bytes(f"{rel}/{MANIFEST_FILE}"), manifest), manifest)
     out = []
     for path in sorted(files):
         fmt, _, name = path.partition("/")
@@ -180,7 +182,7 @@ def _formats(storage: Storage, rel: str) -> tuple[FormatFacts, ...]:
         mine = [info for p, info in files.items() if p.startswith(f"{fmt}/")]
         index = storage.read_json(f"{rel}/{path}")
         present = {entry["split"] for entry in index["sets"]}
-        out.append(FormatFacts(fmt, len(mine), sum(i["bytes"] for i in mine), files[path]["sha256"],
+        out.append(FormatFacts(fmt, len(mine), sum(i.bytes for i in mine), files[path].sha256,
                                tuple(s for s in SPLIT_NAMES if s in present)))
     return tuple(out)
 

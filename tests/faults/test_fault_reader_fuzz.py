@@ -29,6 +29,7 @@ from platform_assets.config import load_config
 from platform_assets.ingest.media_records import MediaReader
 from platform_assets.ingest.readers import source_units
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record, RecordBlock
+from platform_assets.manifest_file import ManifestError, parse_manifest
 from platform_assets.media.settings import MediaSettings, PdfSettings
 from platform_assets.packing.samples import ShardSamples, ShardSetError
 from platform_assets.packing.shard_index import load_index, read_shard_set, verify_shards
@@ -343,6 +344,12 @@ def test_manifest_reader_refuses_damage_with_a_typed_error(shard_set):
     @given(st.one_of(mutated(valid), text_like()))
     def check(data: bytes) -> None:
         path.write_bytes(data)
+        try:  # the one parser (the dataset card reads the manifest through it too)
+            entries = parse_manifest(data, str(path))
+        except ManifestError as err:
+            _typed_error_names(err, str(path))
+        else:
+            assert all(e.bytes >= 0 and len(e.sha256) == 64 for e in entries.values())
         try:
             problems = verify_shards(str(shard_set / "flat"))
         except ShardSetError as err:
