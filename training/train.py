@@ -119,10 +119,11 @@ def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
             verify=data.verify, on_corrupt=data.on_corrupt, collate=data.collate,
         )
     # Evaluation: the split's natural mixture (weights name training sources), no workers (a few
-    # batches, read once per eval), the same batch geometry as training.
+    # batches, read once per eval), the same batch geometry and corruption handling as training.
     return LoaderConfig(
         data_dir=data.data_dir, split=split, global_batch_size=data.global_batch_size,
         micro_batch_size=data.micro_batch_size, seed=data.seed, collate=data.collate,
+        verify=data.verify, on_corrupt=data.on_corrupt,
     )
 
 
