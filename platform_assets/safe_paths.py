@@ -37,9 +37,3 @@ def check_index_paths(index: dict, index_path: str) -> None:
                 inside_path(info.get("path") if isinstance(info, dict) else None,
                             f"{index_path}: sets[{i}].shards[{j}].files.{role}.path")
 
-
-def check_manifest_paths(files: dict, manifest_path: str) -> dict:
-    """A `_manifest.json`'s `files` mapping, after checking every name stays inside the output."""
-    for name in files:
-        inside_path(name, f"{manifest_path}: files")
-    return files
