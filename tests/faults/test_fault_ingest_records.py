@@ -325,3 +325,29 @@ def test_a_damaged_parquet_row_group_costs_only_its_rows(tmp_path, write_config,
     assert quarantine["uri"].to_pylist() == [f"{path}#row=200"]
     assert quarantine["reason"].to_pylist() == ["unreadable_file"]
     assert "row group 2 (rows 200-299)" in quarantine["detail"][0].as_py()
+
+
+def test_parquet_manifest_rows_are_decided_per_row_and_per_row_group(tmp_path, write_config, storage):
+    d = tmp_path / "mm"
+    d.mkdir()
+    (d / "cat.png").write_bytes(_png())
+    captions = [f"caption {i}".encode() for i in range(60)]
+    captions[5] = b"caf\xe9 not utf-8"  # a string column holding invalid UTF-8 (written unchecked)
+    table = pa.table({"modality": ["image"] * 60, "file": ["cat.png"] * 60,
+                      "caption": pa.array(captions, pa.binary()).view(pa.string())})
+    path = d / "manifest.parquet"
+    pq.write_table(table, path, row_group_size=20, compression="zstd")
+    column = pq.ParquetFile(path).metadata.row_group(1).column(2)  # the captions of rows 20-39
+    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + 8 : start + column.total_compressed_size - 8] = b"\xff" * (column.total_compressed_size - 16)
+    path.write_bytes(bytes(data))
+    cfg = write_config([{"name": "mm", "format": "manifest", "path": str(path)}])
+    ingest_source(cfg, "mm", storage, "raw_documents/mm")
+    out = tmp_path / "out" / "raw_documents" / "mm"
+    docs = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))])
+    quarantine = pq.read_table(out / QUARANTINE_FILE)
+    kept = [i for i in range(60) if i != 5 and not 20 <= i < 40]
+    assert docs["text"].to_pylist() == [f"caption {i}" for i in kept]
+    assert quarantine["uri"].to_pylist() == [f"{path}#row=5", f"{path}#row=20"]
+    assert quarantine["reason"].to_pylist() == ["invalid_utf8", "unreadable_file"]

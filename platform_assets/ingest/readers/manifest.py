@@ -71,12 +71,7 @@ def manifest_rows(ctx: ReadContext, file: FileEntry, stream, first_line: int = 1
     """(row uri, parsed row) for each row; undecodable JSONL lines are quarantined here."""
     base = ctx.uri(file.path)
     if is_parquet(file.path):
-        pf = pq.ParquetFile(stream)
-        row = 0
-        for batch in pf.iter_batches(batch_size=1024):
-            for record in batch.to_pylist():
-                yield f"{base}#row={row}", record
-                row += 1
+        yield from _parquet_rows(ctx, base, pq.ParquetFile(stream))
         return
     for lineno, line, length in iter_lines(stream, ctx.max_document_bytes):
         lineno += first_line - 1
@@ -90,6 +85,40 @@ def manifest_rows(ctx: ReadContext, file: FileEntry, stream, first_line: int = 1
             yield uri, orjson.loads(line)
         except orjson.JSONDecodeError as err:
             ctx.quarantine.add(uri, Q.MALFORMED_JSON, str(err), line)
+
+
+def _parquet_rows(ctx: ReadContext, base: str, pf: pq.ParquetFile) -> Iterator[tuple[str, Any]]:
+    """Rows decided one by one like JSONL lines: a damaged row group costs its unread rows, a row with
+    invalid UTF-8 in a string column costs itself (both raised out of the whole manifest before)."""
+    row = 0
+    for group in range(pf.num_row_groups):
+        group_rows = pf.metadata.row_group(group).num_rows
+        read = 0
+        try:
+            for batch in pf.iter_batches(batch_size=1024, row_groups=[group]):
+                try:
+                    records: list[Any] = batch.to_pylist()
+                except UnicodeDecodeError:  # find the bad rows: one by one
+                    records = [_row_or_reason(batch, i) for i in range(batch.num_rows)]
+                for i, record in enumerate(records):
+                    if isinstance(record, UnicodeDecodeError):
+                        ctx.quarantine.add(f"{base}#row={row + read + i}", Q.INVALID_UTF8,
+                                           f"a string column: {record.reason}")
+                    else:
+                        yield f"{base}#row={row + read + i}", record
+                read += batch.num_rows
+        except (pa.ArrowException, OSError) as err:
+            ctx.quarantine.add(f"{base}#row={row + read}", Q.UNREADABLE_FILE,
+                               f"row group {group} (rows {row}-{row + group_rows - 1}): rows from {row + read} "
+                               f"unreadable: {type(err).__name__}: {err}")
+        row += group_rows
+
+
+def _row_or_reason(batch: pa.RecordBatch, i: int) -> dict[str, Any] | UnicodeDecodeError:
+    try:
+        return batch.slice(i, 1).to_pylist()[0]
+    except UnicodeDecodeError as err:
+        return err
 
 
 def row_text(row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
