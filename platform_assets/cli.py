@@ -66,9 +66,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from platform_assets.definitions import defs
+    from platform_assets.defs.dead_runs import fail_dead_runs
     from platform_assets.defs.raw_documents.partitions import source_partitions
 
     instance = dg.DagsterInstance.get()
+    if dead := fail_dead_runs(instance):  # else a killed run's `dvc`/`gpu` pool slot blocks this one forever
+        print(f"marked {len(dead)} killed run(s) failed and freed their pool slots: {', '.join(dead)}")
     known = set(instance.get_dynamic_partitions(source_partitions.name))
     if missing := [n for n in names if n not in known]:
         instance.add_dynamic_partitions(source_partitions.name, missing)

@@ -74,13 +74,15 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
     media = media_record(media_version, storage.uri(ctx.input_dir(MEDIA))) if media_version else None
     record = version_record(version, storage.uri(ctx.input_dir(SHARDS)), remote_url if settings.push else None,
                             media)
-    storage.write_bytes_atomic(f"{ctx.rel}/{VERSION_FILE}",
-                               json.dumps(record, indent=1, sort_keys=True).encode())
     facts = gather_card_facts(storage, record, sources=cfg.sources, cleaning=cfg.cleaning, dedup=cfg.dedup,
                               splits=cfg.splits, card_dir=repo.relative(Path(cfg.storage_root) / ctx.rel),
                               leak_check=latest_leak_check(context.instance))
     card = render_dataset_card(facts)
-    storage.write_bytes_atomic(f"{ctx.rel}/{CARD_FILE}", card.encode())
+    # version.json and its card are committed as one directory: written one after the other, a kill
+    # between the two left a card describing the previous version beside the new version.json
+    with storage.staged_dir(ctx.rel) as staged:
+        staged.write_bytes(VERSION_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
+        staged.write_bytes(CARD_FILE, card.encode())
     totals = record["totals"]
     metadata = {
         "dvc_md5": version.md5,
