@@ -9,11 +9,15 @@ from pathlib import Path
 from platform_assets.training_launch.settings import TrainingLaunchSettings
 
 PIPES_ENTRY = "training.pipes_entry"
+DIE_WITH_PARENT = "platform_assets.training_launch.die_with_parent"
 
 
-def torchrun_command(settings: TrainingLaunchSettings) -> list[str]:
+def torchrun_command(settings: TrainingLaunchSettings, die_with: int | None = None) -> list[str]:
+    """torchrun running the Pipes entry point; `die_with`: a pid (the Dagster run's) whose death sends
+    torchrun SIGTERM (see die_with_parent.py), so a killed run leaves no training behind."""
     torchrun = settings.torchrun or str(Path(sys.executable).parent / "torchrun")
-    cmd = [torchrun, "--nproc-per-node", str(settings.nproc_per_node), "--nnodes", str(settings.nnodes)]
+    guard = [sys.executable, "-m", DIE_WITH_PARENT, str(die_with)] if die_with is not None else []
+    cmd = [*guard, torchrun, "--nproc-per-node", str(settings.nproc_per_node), "--nnodes", str(settings.nnodes)]
     if settings.nnodes == 1 and settings.rdzv_endpoint is None:
         cmd.append("--standalone")  # a local rendezvous on a free port: two runs on one box never collide
     else:

@@ -1,6 +1,7 @@
 """training_run: the training job on the current dataset version, launched through Dagster Pipes."""
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -57,7 +58,9 @@ def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
         # can do nothing about, printed between the CLI's summary lines
         warnings.simplefilter("ignore", dg.PreviewWarning)
         invocation = pipes_subprocess_client.run(
-            command=torchrun_command(settings), context=context, extras=extras, cwd=str(REPO_ROOT),
+            # torchrun gets SIGTERM if this process is killed: no orphan trains on into the re-run's checkpoints
+            command=torchrun_command(settings, die_with=os.getpid()), context=context, extras=extras,
+            cwd=str(REPO_ROOT),
             # the Rust tokenizer and OpenMP would otherwise each start a thread per core in every rank
             env={"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
         )
