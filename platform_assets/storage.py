@@ -44,7 +44,7 @@ SIGKILLs this process when it reaches the named point while writing an output di
 under ``<output>`` (``commit-swapped:raw_documents`` matches ``raw_documents/web``). The points, in
 the order a commit passes them: ``staged`` (every file written, no manifest yet), ``manifest-written``
 (staging complete, nothing renamed), ``commit-swapped`` (new output in place, the old one not yet
-deleted), and for single files ``atomic-write-staged`` (temporary file synced, not yet renamed).
+deleted).
 Unset, a point costs one environment lookup per commit."""
 
 
