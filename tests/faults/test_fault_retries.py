@@ -33,7 +33,7 @@ from platform_assets.defs.resources import PipelineResource
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
 from platform_assets.storage import Storage
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # ~60 s for the file on 2 cores
 
 REPO = Path(__file__).resolve().parents[2]
 # An outage of 3 s with 2 attempts per S3 request (~0.5 s of client retries): longer than one
@@ -165,6 +165,17 @@ def test_s3_outage_while_ingest_writes_is_retried_to_the_clean_output(s3, tmp_pa
     assert faulty_files == clean_files
     assert sum(name.startswith("part-") for name in clean_files) == 8
     _check_output_against_manifest(faulty_files)
+
+
+def test_a_deterministic_failure_is_not_retried(tmp_path):
+    """The retry policy is for faults that pass: a source that is not there fails at once, naming it."""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "storage": {"root": str(tmp_path / "out")},
+        "sources": [{"name": "web", "format": "jsonl", "path": str(tmp_path / "missing")}]}))
+    result = _ingest(PipelineResource(config_path=str(tmp_path / "p.yaml")))
+    assert not result.success and _retries(result, "raw_documents") == 0
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "web" in failure.step_failure_data.error.message
 
 
 # -- packing --------------------------------------------------------------------------------------
