@@ -77,8 +77,8 @@ def _exchange(a: str, b: str) -> bool:
 
 
 # Attempts per S3 request (AWS's "standard" retry mode: exponential backoff with full jitter). Measured
-# against a refused endpoint: 3 attempts (AWS's default) give up after ~2.5 s, 6 after ~6 s, 10 after
-# ~90 s (the waits cap at 20 s); 5 rides out an endpoint restart of a few seconds inside one request,
+# against a refused endpoint: 3 attempts (AWS's default) give up after ~2.5 s, 5 after 4.4-7.5 s
+# (jittered), 10 after ~90 s (the waits cap at 20 s); 5 ride out an endpoint restart of a few seconds,
 # and longer outages fail the step, which the assets' retry policy runs again (defs/stage_asset.py).
 S3_MAX_ATTEMPTS = 5
 
