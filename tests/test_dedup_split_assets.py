@@ -206,3 +206,4 @@ def test_missing_upstream_partition_is_a_clear_failure(pipeline, corpus):
     result = dg.materialize([deduplicated_documents], resources={"pipeline": pipeline}, raise_on_error=False)
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "cleaned_documents has no documents for: books" in failure.event_specific_data.user_failure_data.description
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]  # not retried

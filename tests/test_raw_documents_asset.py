@@ -128,6 +128,8 @@ def test_unknown_partition_is_a_clear_failure(pipeline, instance):
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "partition 'gone' is not a source" in failure.event_specific_data.user_failure_data.description
+    # a config mistake fails at once: waiting through the retry policy (2 + 6 + 14 s) cannot fix it
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
 
 
 def test_sensor_registers_sources_and_requests_changed_ones(pipeline, instance, tmp_path):

@@ -52,7 +52,8 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
     cfg, storage = ctx.cfg, ctx.storage
     if not storage.is_local:
         raise dg.Failure(f"dataset_version needs a local storage root inside the DVC repository (DVC versions its "
-                         f"workspace); storage.root is {cfg.storage_root}. Push to S3 with versioning.remote instead.")
+                         f"workspace); storage.root is {cfg.storage_root}. Push to S3 with versioning.remote instead.",
+                         allow_retries=False)
     settings = cfg.versioning
     shards_dir = Path(cfg.storage_root) / ctx.input_dir(SHARDS)
     media_dir = Path(cfg.storage_root) / ctx.input_dir(MEDIA)

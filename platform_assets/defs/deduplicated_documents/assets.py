@@ -52,7 +52,7 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_FILE}")]  # committed, maybe empty
     if missing:
         raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
-                         "(materialize those partitions first, or remove the sources)")
+                         "(materialize those partitions first, or remove the sources)", allow_retries=False)
     stage = run_stage("deduplicated_documents", lambda: deduplicate_outputs(storage, inputs, rel, cfg.dedup, cfg.io))
     result = stage.result
     counts = result.counts.as_dict()

@@ -31,7 +31,8 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
     ctx = stage_context(pipeline, "raw_documents", source)
     if source not in ctx.cfg.source_names():
         raise dg.Failure(f"partition {source!r} is not a source of {pipeline.config_path} "
-                         f"(configured: {', '.join(ctx.cfg.source_names())}); remove the partition or add the source")
+                         f"(configured: {', '.join(ctx.cfg.source_names())}); remove the partition or add the source",
+                         allow_retries=False)
     # taken before reading: what this materialization read, for the sensor and the schedule to compare with
     fingerprint = source_fingerprint(ctx.cfg, source, pipeline)
     result = run_stage("raw_documents", lambda: ingest_source(ctx.cfg, source, ctx.storage, ctx.rel,

@@ -47,7 +47,8 @@ def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
     storage = pipeline.storage(cfg)
     version_rel = f"{asset_dir('dataset_version')}/{VERSION_FILE}"
     if not storage.exists(version_rel):
-        raise dg.Failure(f"no dataset version at {storage.uri(version_rel)}: materialize dataset_version first")
+        raise dg.Failure(f"no dataset version at {storage.uri(version_rel)}: materialize dataset_version first",
+                         allow_retries=False)
     record = json.loads(storage.read_bytes(version_rel))
     settings = cfg.training
     extras = run_extras(settings, Path(cfg.resolve(settings.run_config)), record,
