@@ -45,7 +45,10 @@ else:
     from platform_assets.dedup.stage import deduplicate_outputs
     r = deduplicate_outputs(storage, ["raw/big"], "dedup", cfg.dedup, cfg.io)
     out = {{"rows_in": r.rows_in, "rows": r.rows}}
-out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child forked from a big pytest
+# process reports the parent's peak (1 GB after the whole suite) as its own
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+out["peak_rss"] = int(hwm.split()[1]) * 1024
 print(json.dumps(out))
 """
 
