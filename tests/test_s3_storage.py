@@ -1,12 +1,10 @@
 """Storage root and sources on S3, against a real S3 endpoint (moto's server on 127.0.0.1)."""
 
 import json
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
+from moto_server import moto_server
 
 pytestmark = pytest.mark.s3
 
@@ -14,34 +12,10 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("moto server did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    with moto_server() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture

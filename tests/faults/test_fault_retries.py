@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from moto_server import moto_server
 from tcp_proxy import ProxyProcess
 
 from platform_assets.defs.raw_documents.assets import raw_documents
@@ -43,31 +43,10 @@ S3_ATTEMPTS = 2
 
 
 # -- the S3 endpoint ------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_port():
-    pytest.importorskip("moto")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("moto server did not start")
-    yield port
-    proc.terminate()
-    proc.wait(timeout=10)
+    with moto_server() as port:
+        yield port
 
 
 @pytest.fixture
