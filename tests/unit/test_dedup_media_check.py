@@ -3,7 +3,7 @@ different images with one caption are two documents, the same image twice is a d
 
 import pyarrow as pa
 
-from platform_assets.contracts import DEFAULT_IO
+from platform_assets.contracts import DEFAULT_IO, IOSettings
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.defs.deduplicated_documents.checks import exact_duplicate_groups
 from platform_assets.parquet_parts import TableSink
@@ -26,6 +26,23 @@ def _write(storage: Storage, rel: str, rows: list[dict]) -> None:
 def test_images_with_one_caption_are_not_duplicates_the_same_bytes_are(tmp_path):
     storage = Storage(str(tmp_path))
     _write(storage, "a", [_image("x", "aa" * 32, "Man in tuxedo."), _image("y", "bb" * 32, "Man in tuxedo.")])
-    assert exact_duplicate_groups(storage, "a", DedupSettings()) == 0
+    assert exact_duplicate_groups(storage, "a", DedupSettings(), DEFAULT_IO) == 0
     _write(storage, "b", [_image("x", "aa" * 32, "One caption."), _image("y", "aa" * 32, "Another caption.")])
-    assert exact_duplicate_groups(storage, "b", DedupSettings()) == 1
+    assert exact_duplicate_groups(storage, "b", DedupSettings(), DEFAULT_IO) == 1
+
+
+def test_exact_duplicate_check_reads_in_io_batches(tmp_path, monkeypatch):
+    from platform_assets.defs.deduplicated_documents import checks
+
+    storage = Storage(str(tmp_path))
+    _write(storage, "c", [_image(str(i), f"{i:02x}" * 32, f"Caption {i % 3}.") for i in range(7)]
+           + [_image("dup", "00" * 32, "Caption 0.")])
+    sizes, keys = [], checks.exact_keys
+
+    def counted_keys(batch, settings):
+        sizes.append(batch.num_rows)
+        return keys(batch, settings)
+
+    monkeypatch.setattr(checks, "exact_keys", counted_keys)
+    assert exact_duplicate_groups(storage, "c", DedupSettings(), IOSettings(batch_rows=3)) == 1
+    assert sizes == [3, 3, 2]  # never the whole column at once

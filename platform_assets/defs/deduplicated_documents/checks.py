@@ -6,11 +6,12 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.contracts import IOSettings
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS, exact_keys
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.stage import DedupStageResult
 from platform_assets.ingest.validation import duplicate_ids
-from platform_assets.parquet_parts import output_schema, read_batches
+from platform_assets.parquet_parts import TableSource, output_schema
 from platform_assets.storage import Storage
 
 ASSET = "deduplicated_documents"
@@ -25,13 +26,15 @@ DEDUP_CHECKS = [
 ]
 
 
-def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings) -> int:
+def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings, io: IOSettings) -> int:
     """Groups of kept documents sharing an exact key: the text's for text, the media bytes' for media
-    (two different images with one caption are two documents), as dedup keys them (dedup/keys.py)."""
+    (two different images with one caption are two documents), as dedup keys them (dedup/keys.py).
+    Texts are read in batches of ~`io.batch_bytes`, only their keys kept (with a fixed 8,192 rows the check
+    added 343 MB of peak RSS on the 16x pipeline_scaling input, against 44 MB at 1x)."""
     schema = output_schema(storage, rel)
     names = schema.names if schema is not None else []
     columns = ["text", *(["modality"] if "modality" in names else []), *(MEDIA_KEY_COLUMNS if "media" in names else ())]
-    hashes = [exact_keys(b, settings.exact) for b in read_batches(storage, rel, columns)]
+    hashes = [exact_keys(b, settings.exact) for b in TableSource(storage, rel, io).batches(columns)]
     if not hashes:
         return 0
     all_hashes = pa.concat_arrays(hashes)
@@ -39,9 +42,9 @@ def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings) 
 
 
 def evaluate_dedup_checks(storage: Storage, rel: str, stage: DedupStageResult,
-                          settings: DedupSettings) -> list[dg.AssetCheckResult]:
+                          settings: DedupSettings, io: IOSettings) -> list[dg.AssetCheckResult]:
     dups = duplicate_ids(storage, rel)
-    exact_left = exact_duplicate_groups(storage, rel, settings)
+    exact_left = exact_duplicate_groups(storage, rel, settings, io)
     removed = stage.rows_in - (stage.rows_out - stage.carried_over)
     fraction = removed / stage.rows_in if stage.rows_in else 0.0
     return [
