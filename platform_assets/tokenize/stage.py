@@ -44,12 +44,11 @@ TRAIN_SPLIT = "train"
 # Salt of the id hash that picks training and sample documents. Not the split seed: with the same
 # hash, the smallest hashes would all be train documents (u < 0.98 is train).
 SAMPLE_SEED = 0x746F6B  # "tok"
-ROW_GROUP_BYTES = 64 * 2**20
-"""A (split, source) set's pending rows are written as one row group once they reach this size
-(or the batch size in rows)."""
-PENDING_BYTES = 256 * 2**20
-"""Rows held back across all sets; above it the largest pending set is written. Bounds memory
-whatever the number of sources (3 splits x 20 sources would otherwise hold 60 row groups)."""
+PENDING_BATCHES = 4
+"""Rows held back across all sets, in `io.batch_bytes` (256 MiB at the default 64 MiB); above it the
+largest pending set is written. Bounds memory whatever the number of sources (3 splits x 20 sources
+would otherwise hold 60 row groups), and follows the io budget (it was a fixed 256 MiB whatever
+batch size a user configured)."""
 
 
 # -- the tokenizer ------------------------------------------------------------------------------------
@@ -222,8 +221,11 @@ class _SetWriters:
     """One PartWriter per (split, source), fed through small per-set buffers so that each write is
     a row group of a useful size rather than one batch's share of a set."""
 
-    def __init__(self, sink: TableSink, flush_rows: int):
+    def __init__(self, sink: TableSink, flush_rows: int, row_group_bytes: int):
+        """A set's pending rows are written as one row group once they reach `flush_rows` rows or
+        `row_group_bytes`; all sets together hold at most PENDING_BATCHES x `row_group_bytes`."""
         self.sink, self.schema, self.flush_rows = sink, sink.schema, flush_rows
+        self.row_group_bytes = row_group_bytes
         self.writers: dict[tuple[str, str], PartWriter] = {}
         self.pending: dict[tuple[str, str], list[pa.RecordBatch]] = defaultdict(list)
         self.pending_bytes: dict[tuple[str, str], int] = defaultdict(int)
@@ -232,9 +234,9 @@ class _SetWriters:
         self.pending[key].append(batch)
         self.pending_bytes[key] += batch.nbytes
         rows = sum(b.num_rows for b in self.pending[key])
-        if rows >= self.flush_rows or self.pending_bytes[key] >= ROW_GROUP_BYTES:
+        if rows >= self.flush_rows or self.pending_bytes[key] >= self.row_group_bytes:
             self._flush(key)
-        while sum(self.pending_bytes.values()) > PENDING_BYTES:
+        while sum(self.pending_bytes.values()) > PENDING_BATCHES * self.row_group_bytes:
             self._flush(max(self.pending_bytes, key=lambda k: (self.pending_bytes[k], k)))
 
     def _flush(self, key: tuple[str, str]) -> None:
@@ -291,7 +293,7 @@ def tokenize_outputs(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
     with TableSink(storage, out_rel, encoder.schema, io) as sink:
-        writers = _SetWriters(sink, rows_per_batch)
+        writers = _SetWriters(sink, rows_per_batch, io.batch_bytes)
         source = TableSource(storage, splits_rel, io)
         for batch in source.tracked_batches("tokenize", _with_modality(source, columns)):
             batch = text_documents(batch)

@@ -173,10 +173,15 @@ def test_batch_size_changes_row_groups_not_rows(storage: Storage, splits: list[d
                              io=IOSettings(batch_rows=16))
     large = tokenize_outputs(storage, SPLITS, tokenizer_rel, "b/_all", TokenizeSettings(),
                              io=IOSettings(batch_rows=1000))
+    # io.batch_bytes bounds what a set holds back too (its row groups), whatever the rows
+    by_bytes = tokenize_outputs(storage, SPLITS, tokenizer_rel, "c/_all", TokenizeSettings(),
+                                io=IOSettings(batch_rows=1000, batch_bytes=2048))
     assert pq.ParquetFile(storage.path("a/_all/train/web/part-00000.parquet")).num_row_groups > 1
     assert pq.ParquetFile(storage.path("b/_all/train/web/part-00000.parquet")).num_row_groups == 1
-    rows = [pa.Table.from_batches(list(read_batches(storage, rel))).to_pylist() for rel in ("a/_all", "b/_all")]
-    assert rows[0] == rows[1] and small.sets == large.sets
+    assert pq.ParquetFile(storage.path("c/_all/train/web/part-00000.parquet")).num_row_groups > 1
+    rows = [pa.Table.from_batches(list(read_batches(storage, rel))).to_pylist() for rel in ("a/_all", "b/_all",
+                                                                                             "c/_all")]
+    assert rows[0] == rows[1] == rows[2] and small.sets == large.sets == by_bytes.sets
 
 
 def test_chunked_output_keeps_every_token(storage: Storage, splits: list[dict], tokenizer_rel: str):
