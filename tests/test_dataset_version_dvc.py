@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from dvc_project import init_dvc_project
 
 from platform_assets.defs.dataset_version.assets import dataset_version
 from platform_assets.defs.packed_shards.assets import packed_shards
@@ -164,12 +165,7 @@ def release_project(tmp_path: Path) -> tuple[Path, PipelineResource]:
     """A git + DVC project whose storage root holds the committed outputs up to dataset_splits of two
     sources (essays: 30 raw, 1 cleaned away, 1 duplicate; notes: 12 raw, 2 quarantined inputs)."""
     root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
-        _git(root, *args)
-    (root / ".gitignore").write_text("/data/\n")
-    (root / "dvc.yaml").write_text("stages:\n  packed_shards:\n    cmd: echo the platform builds it\n    outs:\n"
-                                   "      - data/platform/packed_shards/_all\n")
+    init_dvc_project(root)
     storage = Storage(str(root / "data" / "platform"))
     essays, notes = _documents("essays", 30, "CC-BY-4.0", 1), _documents("notes", 12, "MIT", 2)
     quarantine = pa.table({"source": ["notes"] * 2, "reason": ["malformed_json"] * 2})

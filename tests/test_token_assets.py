@@ -3,7 +3,6 @@ through Dagster, with the real dvc CLI (a local remote) and the training job und
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import dagster as dg
@@ -12,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from dvc_project import init_dvc_project
 
 from platform_assets.defs.dataset_version.assets import dataset_version
 from platform_assets.defs.packed_shards.assets import packed_shards
@@ -60,12 +60,7 @@ def _splits_output(root: Path) -> dict[str, str]:
 def project(tmp_path):
     """A git + DVC project holding the storage root, a dvc.yaml stage owning the shards, a remote."""
     root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=root, check=True)
-    (root / ".gitignore").write_text("/data/\n")
-    (root / "dvc.yaml").write_text("stages:\n  packed_shards:\n    cmd: echo the platform builds it\n    outs:\n"
-                                   "      - data/platform/packed_shards/_all\n")
+    init_dvc_project(root)
     ids = _splits_output(root / "data" / "platform")
     (root / "configs" / "run.yaml").write_text(yaml.safe_dump({
         "model": {"model_type": "llama", "overrides": {"hidden_size": 32, "intermediate_size": 64,

@@ -18,7 +18,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 from dagster import ExecuteInProcessResult
+from dvc_project import init_dvc_project
 
 from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
@@ -98,15 +98,10 @@ class Project:
 
 def make_project(base: Path, sources: Path) -> Project:
     root, remote, home = base / "project", base / "remote", base / "dagster_home"
-    (root / "configs").mkdir(parents=True)
+    init_dvc_project(root)
     home.mkdir()
     # the shipped instance config (SQLite in DAGSTER_HOME, the `dvc` and `gpu` pools)
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=root, check=True)
-    (root / ".gitignore").write_text("/data/\n")
-    (root / "dvc.yaml").write_text("stages:\n  packed_shards:\n    cmd: echo the platform builds it\n    outs:\n"
-                                   "      - data/platform/packed_shards/_all\n")
     (root / "configs" / "run.yaml").write_text(yaml.safe_dump({
         "model": {"model_type": "llama", "overrides": {"hidden_size": 32, "intermediate_size": 64,
                                                         "num_hidden_layers": 1, "num_attention_heads": 2,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from dvc_project import init_dvc_project
 from moto_server import moto_server
 from tcp_proxy import ProxyProcess
 
@@ -241,10 +241,6 @@ sys.exit(137)
 """
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
 def test_dvc_push_killed_midway_is_retried_until_the_remote_holds_the_version(tmp_path):
     from platform_assets.defs.dataset_version.assets import dataset_version
     from platform_assets.defs.packed_shards.assets import packed_shards
@@ -257,12 +253,7 @@ def test_dvc_push_killed_midway_is_retried_until_the_remote_holds_the_version(tm
     except DvcError:
         pytest.skip("no dvc executable (run scripts/setup.sh)")
     root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
-        _git(root, *args)
-    (root / ".gitignore").write_text("/data/\n")
-    (root / "dvc.yaml").write_text("stages:\n  packed_shards:\n    cmd: echo the platform builds it\n    outs:\n"
-                                   "      - data/platform/packed_shards/_all\n")
+    init_dvc_project(root)
     remote, marker = tmp_path / "remote", tmp_path / "first-push-killed"
     wrapper = tmp_path / "dvc"
     wrapper.write_text(KILLING_DVC.format(python=sys.executable, real=real_dvc, remote=str(remote),

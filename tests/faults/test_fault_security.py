@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from dvc_project import init_dvc_project
 
 from platform_assets import cli
 from platform_assets.config import ConfigError, load_config
@@ -296,14 +297,7 @@ def project(tmp_path):
         texts = [d["text"] for d in docs if d["source"].startswith(prefix)][:10]
         (sources / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     root = tmp_path / "project"
-    (root / "configs").mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=root, check=True)
-    (root / ".gitignore").write_text("/data/\n")
-    # dvc.yaml stages own the shard sets (data/ is git-ignored, so `dvc add` could not write a .dvc beside them)
-    (root / "dvc.yaml").write_text("stages:\n" + "".join(
-        f"  {out}:\n    cmd: echo the platform builds it\n    outs:\n      - data/platform/{out}/_all\n"
-        for out in ("packed_shards", "media_shards")))
+    init_dvc_project(root, ("packed_shards", "media_shards"))
     (root / "configs" / "pipeline.yaml").write_text(yaml.safe_dump({
         "storage": {"root": "../data/platform"},
         "sources": [{"name": s, "format": "jsonl", "path": str(sources / f"{s}.jsonl")} for s in SOURCES],
