@@ -31,6 +31,7 @@ import threading
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,12 +108,23 @@ class LanguageIdentifier:
 
     def __init__(self, max_chars: int = 2048, fold_macrolanguages: bool = True):
         self.max_chars = max_chars
-        self._m = _load_model()
         self._fold = MACROLANGUAGES if fold_macrolanguages else {}
+
+    # The model is loaded on the first prediction, not when the step is built: the cleaning stage's
+    # parent process builds the pipeline for its output schema only, and with the model it held
+    # ~130 MB (VmData 87 -> 217 MB) that only its workers use.
+    @cached_property
+    def _m(self) -> _Model:
+        return _load_model()
+
+    @cached_property
+    def _folded(self) -> list[str]:
+        return list(dict.fromkeys(self._fold.get(x, x) for x in self._m.labels))
+
+    @cached_property
+    def _members(self) -> list[list[int]]:
         labels = self._m.labels
-        folded = list(dict.fromkeys(self._fold.get(x, x) for x in labels))
-        self._folded = folded
-        self._members = [[i for i, x in enumerate(labels) if self._fold.get(x, x) == f] for f in folded]
+        return [[i for i, x in enumerate(labels) if self._fold.get(x, x) == f] for f in self._folded]
 
     def predict(self, text: str) -> tuple[str, float]:
         return self.predict_many([text])[0]

@@ -13,6 +13,8 @@ most workers + 1 batches are in flight (each bounded by `io.batch_bytes`).
 from __future__ import annotations
 
 import multiprocessing
+import os
+import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -57,9 +59,26 @@ def _start_worker(settings: CleaningSettings) -> None:
     _worker_pipeline = build_pipeline(settings)
 
 
-def _clean_in_worker(batch: pa.RecordBatch) -> CleaningResult:
+def _write_batch_file(path: str, batch: pa.RecordBatch) -> None:
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+
+
+def _mapped_batch(path: str) -> pa.RecordBatch:
+    """The batch of an Arrow IPC file, memory-mapped (no copy), the file already unlinked: its pages
+    stay readable until the last buffer of the batch is released."""
+    batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
+    os.unlink(path)
+    return batch
+
+
+def _clean_in_worker(in_path: str, kept_path: str) -> tuple[pa.RecordBatch, list[StepStats]]:
+    """Clean the batch in `in_path`; the kept documents go to `kept_path`, the exclusions (a row per removed
+    document, ~100 bytes) and the counts come back through the pipe."""
     assert _worker_pipeline is not None, "the pool's initializer builds the pipeline"
-    return _worker_pipeline.process_batch(batch)
+    result = _worker_pipeline.process_batch(_mapped_batch(in_path))
+    _write_batch_file(kept_path, result.kept)
+    return result.exclusions, result.stats
 
 
 def clean_batches(batches: Iterable[pa.RecordBatch], settings: CleaningSettings,
@@ -69,6 +88,11 @@ def clean_batches(batches: Iterable[pa.RecordBatch], settings: CleaningSettings,
     Workers are spawned, not forked: the caller (a Dagster run) has threads whose locks a fork would
     copy mid-use. Spawning costs ~2 s of imports and model loading per worker, so the stage asks for
     workers only when the input holds more than one batch.
+
+    Batches travel as Arrow IPC files in a temporary directory (memory-mapped on both sides), not
+    pickled through the pool's pipes: pickling kept ~20 batches' worth of heap in the parent (measured
+    on 200 MB of JSONL with 2 workers: 597 MB reserved at 8 MiB batches, 759 MB at 16 MiB), since each
+    batch was copied into a pickle, a pipe buffer and back, and glibc kept the freed blocks.
     """
     if workers <= 1:
         pipeline = build_pipeline(settings)
@@ -76,15 +100,25 @@ def clean_batches(batches: Iterable[pa.RecordBatch], settings: CleaningSettings,
             yield pipeline.process_batch(batch)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(settings,)) as pool:
-        in_flight: deque[Future[CleaningResult]] = deque()
-        for batch in batches:
-            in_flight.append(pool.submit(_clean_in_worker, batch))
+    with tempfile.TemporaryDirectory(prefix="platform-clean-") as exchange, \
+            ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                initargs=(settings,)) as pool:
+        in_flight: deque[tuple[Future[tuple[pa.RecordBatch, list[StepStats]]], str]] = deque()
+
+        def collect() -> CleaningResult:
+            future, kept_path = in_flight.popleft()
+            exclusions, stats = future.result()
+            return CleaningResult(kept=_mapped_batch(kept_path), exclusions=exclusions, stats=stats)
+
+        for index, batch in enumerate(batches):
+            in_path, kept_path = os.path.join(exchange, f"in-{index}"), os.path.join(exchange, f"kept-{index}")
+            _write_batch_file(in_path, batch)
+            del batch  # the parent holds no input batch while the workers clean
+            in_flight.append((pool.submit(_clean_in_worker, in_path, kept_path), kept_path))
             if len(in_flight) > workers:  # one queued per worker beyond those running
-                yield in_flight.popleft().result()
+                yield collect()
         while in_flight:
-            yield in_flight.popleft().result()
+            yield collect()
 
 
 def clean_output(
