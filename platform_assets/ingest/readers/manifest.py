@@ -25,6 +25,7 @@ from platform_assets.contracts import MESSAGES_KEY
 from platform_assets.ingest.chat import ChatFields, chat_messages, render_chat_text
 from platform_assets.ingest.file_io import compression_of, iter_lines
 from platform_assets.ingest.media_records import MediaReader
+from platform_assets.ingest.readers.parquet import row_group_batches
 from platform_assets.ingest.records import ReadContext, Record, Rejected
 from platform_assets.ingest.roots import RootGuard
 from platform_assets.ingest.salvaging_stream import open_record_stream, quarantine_broken_tail
@@ -90,28 +91,16 @@ def manifest_rows(ctx: ReadContext, file: FileEntry, stream, first_line: int = 1
 def _parquet_rows(ctx: ReadContext, base: str, pf: pq.ParquetFile) -> Iterator[tuple[str, Any]]:
     """Rows decided one by one like JSONL lines: a damaged row group costs its unread rows, a row with
     invalid UTF-8 in a string column costs itself (both raised out of the whole manifest before)."""
-    row = 0
-    for group in range(pf.num_row_groups):
-        group_rows = pf.metadata.row_group(group).num_rows
-        read = 0
+    for first_row, batch in row_group_batches(ctx, base, pf, 1024):
         try:
-            for batch in pf.iter_batches(batch_size=1024, row_groups=[group]):
-                try:
-                    records: list[Any] = batch.to_pylist()
-                except UnicodeDecodeError:  # find the bad rows: one by one
-                    records = [_row_or_reason(batch, i) for i in range(batch.num_rows)]
-                for i, record in enumerate(records):
-                    if isinstance(record, UnicodeDecodeError):
-                        ctx.quarantine.add(f"{base}#row={row + read + i}", Q.INVALID_UTF8,
-                                           f"a string column: {record.reason}")
-                    else:
-                        yield f"{base}#row={row + read + i}", record
-                read += batch.num_rows
-        except (pa.ArrowException, OSError) as err:
-            ctx.quarantine.add(f"{base}#row={row + read}", Q.UNREADABLE_FILE,
-                               f"row group {group} (rows {row}-{row + group_rows - 1}): rows from {row + read} "
-                               f"unreadable: {type(err).__name__}: {err}")
-        row += group_rows
+            records: list[Any] = batch.to_pylist()
+        except UnicodeDecodeError:  # find the bad rows: one by one
+            records = [_row_or_reason(batch, i) for i in range(batch.num_rows)]
+        for i, record in enumerate(records):
+            if isinstance(record, UnicodeDecodeError):
+                ctx.quarantine.add(f"{base}#row={first_row + i}", Q.INVALID_UTF8, f"a string column: {record.reason}")
+            else:
+                yield f"{base}#row={first_row + i}", record
 
 
 def _row_or_reason(batch: pa.RecordBatch, i: int) -> dict[str, Any] | UnicodeDecodeError:

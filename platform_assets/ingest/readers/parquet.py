@@ -37,17 +37,24 @@ def read_parquet(ctx: ReadContext, file: FileEntry, text_field: str, meta_fields
         ctx.quarantine.add(base, Q.TEXT_NOT_STRING, f"column {text_field!r} is {text_type} ({n_rows} rows)")
         return
     wanted = schema.names if meta_fields is None else [text_field, *[m for m in meta_fields if m in schema.names]]
+    for first_row, batch in row_group_batches(ctx, base, pf, BATCH_ROWS, wanted):
+        yield from _batch_records(ctx, batch, base, first_row, text_field, meta_fields, is_binary, mtime)
+
+
+def row_group_batches(ctx: ReadContext, base: str, pf: pq.ParquetFile, batch_rows: int,
+                      columns: list[str] | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first row, batch) of every readable row group, a group at a time: a damaged row group costs its
+    unread rows (one `unreadable_file` row names them) and the groups after it are read. A row-oriented
+    format decides per record; the row group is the smallest unit Parquet decodes on its own."""
     row = 0
     for group in range(pf.num_row_groups):
         group_rows = pf.metadata.row_group(group).num_rows
         read = 0
         try:
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted, row_groups=[group]):
-                yield from _batch_records(ctx, batch, base, row + read, text_field, meta_fields, is_binary, mtime)
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=columns, row_groups=[group]):
+                yield row + read, batch
                 read += batch.num_rows
         except (pa.ArrowException, OSError) as err:
-            # a damaged row group costs its unread rows; the groups after it are read (a row-oriented
-            # format decides per record: here the smallest unit Parquet can decode on its own)
             ctx.quarantine.add(f"{base}#row={row + read}", Q.UNREADABLE_FILE,
                                f"row group {group} (rows {row}-{row + group_rows - 1}): rows from {row + read} "
                                f"unreadable: {type(err).__name__}: {err}")
