@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import yaml
+
 
 def init_dvc_project(root: Path, outputs: tuple[str, ...] = ("packed_shards",)) -> Path:
     """Create `root` as that repository (git init with a committer; `dvc init` is the platform's job) and
@@ -19,3 +21,17 @@ def init_dvc_project(root: Path, outputs: tuple[str, ...] = ("packed_shards",)) 
         f"  {out}:\n    cmd: echo the platform builds it\n    outs:\n      - data/platform/{out}/_all\n"
         for out in outputs))
     return root
+
+
+def write_tiny_run_config(root: Path, checkpoint_interval: int) -> None:
+    """`configs/run.yaml` for a training_run of 6 steps of a one-layer Llama (hidden 32, random weights),
+    checkpointing every `checkpoint_interval` steps: seconds on one CPU thread."""
+    (root / "configs" / "run.yaml").write_text(yaml.safe_dump({
+        "model": {"model_type": "llama", "overrides": {"hidden_size": 32, "intermediate_size": 64,
+                                                        "num_hidden_layers": 1, "num_attention_heads": 2,
+                                                        "num_key_value_heads": 2}},
+        "data": {"global_batch_size": 4, "micro_batch_size": 2},
+        "validation": {"eval_interval": 4, "eval_batches": 1},
+        "optimizer": {"lr": 0.01}, "checkpoint": {"interval": checkpoint_interval}, "max_steps": 6,
+        "log_interval": 1, "cpu_threads": 1,
+    }))

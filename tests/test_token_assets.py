@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from dvc_project import init_dvc_project
+from dvc_project import init_dvc_project, write_tiny_run_config
 
 from platform_assets.defs.dataset_version.assets import dataset_version
 from platform_assets.defs.packed_shards.assets import packed_shards
@@ -62,15 +62,7 @@ def project(tmp_path):
     root = tmp_path / "project"
     init_dvc_project(root)
     ids = _splits_output(root / "data" / "platform")
-    (root / "configs" / "run.yaml").write_text(yaml.safe_dump({
-        "model": {"model_type": "llama", "overrides": {"hidden_size": 32, "intermediate_size": 64,
-                                                        "num_hidden_layers": 1, "num_attention_heads": 2,
-                                                        "num_key_value_heads": 2}},
-        "data": {"global_batch_size": 4, "micro_batch_size": 2},
-        "validation": {"eval_interval": 4, "eval_batches": 1},
-        "optimizer": {"lr": 0.01}, "checkpoint": {"interval": 4}, "max_steps": 6, "log_interval": 1,
-        "cpu_threads": 1,
-    }))
+    write_tiny_run_config(root, checkpoint_interval=4)
     (root / "configs" / "pipeline.yaml").write_text(yaml.safe_dump({
         "storage": {"root": "../data/platform"},
         "sources": [{"name": "essays", "format": "jsonl", "path": "."}],

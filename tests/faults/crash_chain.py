@@ -25,7 +25,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 from dagster import ExecuteInProcessResult
-from dvc_project import init_dvc_project
+from dvc_project import init_dvc_project, write_tiny_run_config
 
 from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
@@ -102,15 +102,7 @@ def make_project(base: Path, sources: Path) -> Project:
     home.mkdir()
     # the shipped instance config (SQLite in DAGSTER_HOME, the `dvc` and `gpu` pools)
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    (root / "configs" / "run.yaml").write_text(yaml.safe_dump({
-        "model": {"model_type": "llama", "overrides": {"hidden_size": 32, "intermediate_size": 64,
-                                                        "num_hidden_layers": 1, "num_attention_heads": 2,
-                                                        "num_key_value_heads": 2}},
-        "data": {"global_batch_size": 4, "micro_batch_size": 2},
-        "validation": {"eval_interval": 4, "eval_batches": 1},
-        "optimizer": {"lr": 0.01}, "checkpoint": {"interval": 2}, "max_steps": 6, "log_interval": 1,
-        "cpu_threads": 1,
-    }))
+    write_tiny_run_config(root, checkpoint_interval=2)
     (root / "configs" / "pipeline.yaml").write_text(yaml.safe_dump({
         "storage": {"root": "../data/platform"},
         "sources": [{"name": s, "format": "jsonl", "path": str(sources / f"{s}.jsonl")} for s in SOURCES],
