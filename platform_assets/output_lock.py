@@ -45,8 +45,8 @@ class BasedOn:
     version: str | None
 
 
-def check_based_on(based_on: BasedOn | None, current: str | None, uri: str) -> None:
-    if based_on is not None and current != based_on.version:
+def check_based_on(based_on: BasedOn, current: str | None, uri: str) -> None:
+    if current != based_on.version:
         raise ConcurrentCommitError(
             f"{uri} changed while this run was computing from it (read version {based_on.version or 'none: no output'}"
             f", now {current or 'none'}): another run committed first, and committing this one would drop what that "

@@ -214,9 +214,14 @@ class Storage:
         (ConcurrentCommitError) unless the output is still the version the caller read.
         """
         with output_lock(self._lock_path(rel), self.uri(rel)) if self.is_local else nullcontext():
-            check_based_on(based_on, self.output_version(rel), self.uri(rel))
+            self._check_based_on(rel, based_on)
             with self._staged_dir_locked(rel, based_on) as staged:
                 yield staged
+
+    def _check_based_on(self, rel: str, based_on: BasedOn | None) -> None:
+        """Only outputs built on their previous version pay for reading its manifest (on S3, 2 requests)."""
+        if based_on is not None:
+            check_based_on(based_on, self.output_version(rel), self.uri(rel))
 
     def _lock_path(self, rel: str) -> str:
         """`<root>/.locks/<rel>.lock`: hidden from every listing, apart from the outputs and their leftovers."""
@@ -239,7 +244,7 @@ class Storage:
             staged.manifest = staged.write_manifest()
             fault_point("manifest-written", rel)
             if not self.is_local:  # no lock on S3: check again, as late as possible
-                check_based_on(based_on, self.output_version(rel), self.uri(rel))
+                self._check_based_on(rel, based_on)
             self._commit(staging, final, parent, name, rel)
         except OSError as err:
             if err.errno in DISK_FULL_ERRNOS and not isinstance(err, StorageFullError):
