@@ -31,28 +31,14 @@ from training.data.collate import COLLATES
 from training.data.dataset import MicroBatchDataset
 from training.data.global_order import GlobalOrder
 from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
+from training.data.loader_position import LoaderConfigError, LoaderPosition, LoaderStateError
+from training.data.loader_position import is_int as _is_int
 from training.data.mixture import Mixture
 from training.data.shard_index import read_flat_index
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
 
-STATE_FORMAT = "training.data.PackedLoader"
-STATE_VERSION = 1
-
-
-# identity keys added after version 1 was written, with the value a state that lacks them means
-_ADDED_KEYS: dict[str, Any] = {"skipped_shards": []}  # states saved before on_corrupt existed skipped nothing
-
-
-class LoaderConfigError(ValueError):
-    """A LoaderConfig field with a wrong type or value (the message names the field)."""
-
-
-class LoaderStateError(ValueError):
-    """A state_dict that cannot resume this loader exactly (the message names the key that differs)."""
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+# re-exported: callers and tests import them from here
+__all__ = ["LoaderConfig", "LoaderConfigError", "LoaderStateError", "PackedLoader"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +96,12 @@ def _as_is(batch: Any) -> Any:
     return batch  # the dataset yields collated batches; DataLoader's default_convert would walk them again
 
 
-class PackedLoader:
+class PackedLoader(LoaderPosition):
+    STATE_FORMAT = "training.data.PackedLoader"
+    STATE_VERSION = 1
+    # identity keys added after version 1 was written, with the value a state that lacks them means
+    ADDED_KEYS = {"skipped_shards": []}  # states saved before on_corrupt existed skipped nothing
+
     def __init__(self, cfg: LoaderConfig, rank: int = 0, world_size: int = 1) -> None:
         self.cfg = cfg
         self.index = read_flat_index(cfg.data_dir)
@@ -130,29 +121,7 @@ class PackedLoader:
             self.order: GlobalOrder | LengthBuckets = LengthBuckets(order, self.reader.lengths, cfg.global_batch_size)
         else:
             self.order = order
-        self._epoch = 0
-        self._micro = 0  # micro-batches of the current epoch handed to the caller by this rank
-        self._generation = 0  # bumped by every iter(): an older iterator stops being valid
-
-    # -- position -----------------------------------------------------------------------------------
-    @property
-    def epoch(self) -> int:
-        """The current epoch; it advances when its last micro-batch is handed out."""
-        return self._epoch
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Optimizer steps per epoch: samples_per_epoch // global_batch_size (the remainder is dropped)."""
-        return self.plan.steps_per_epoch
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self.plan.accumulation_steps
-
-    @property
-    def consumed_samples(self) -> int:
-        """Global samples of the current epoch handed out, assuming all ranks advance in lock step."""
-        return self._micro * self.plan.samples_per_micro_batch_globally
+        self._start_position()
 
     @property
     def skipped_shards(self) -> tuple[SkippedShard, ...]:
@@ -187,19 +156,11 @@ class PackedLoader:
             # in process the DataLoader would only add its bookkeeping (~30 us a batch, a fifth of the
             # batch's cost): iterate the dataset itself and pin here, as its single-process path does
             it = iter(dataset)
-        total = self.plan.micro_batches_per_epoch
         try:
-            for item in it:
-                if generation != self._generation:
-                    raise RuntimeError("this iterator was superseded by a later iter(loader): iterate the newest "
-                                       "one (it continues from the last micro-batch handed out)")
-                batch = item
+            for item in self._hand_out(it, generation):
                 if pin and not workers:
-                    batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
-                self._micro += 1
-                if self._micro == total:
-                    self._epoch, self._micro = self._epoch + 1, 0
-                yield batch
+                    item = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
+                yield item
         finally:
             shutdown = getattr(messages, "_shutdown_workers", None)
             if shutdown is not None:  # stop workers now, not when the iterator is garbage-collected
@@ -220,56 +181,3 @@ class PackedLoader:
             "mixture": self.mixture.as_state(),
             "index_sha256": self.index.sha256,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain JSON-able: where the caller is (epoch, consumed_samples: global samples of the epoch
-        handed out) and what fixes the order."""
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "epoch": self._epoch,
-            "consumed_samples": self.consumed_samples,
-            "micro_batch_size": self.cfg.micro_batch_size,
-            "world_size": self.world_size,
-            **self._identity(),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Seek to `state` in O(1). The world size and micro batch size may differ from the saving run's
-        when the state lies on an optimizer-step boundary (every state_dict taken between steps does)."""
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            raise LoaderStateError(f"not a PackedLoader state (format {STATE_FORMAT!r} expected)")
-        if state.get("version") != STATE_VERSION:
-            raise LoaderStateError(f"state version {state.get('version')!r}; this loader reads {STATE_VERSION}")
-        for key, mine in self._identity().items():
-            if key not in state and key not in _ADDED_KEYS:
-                raise LoaderStateError(f"state lacks {key!r}")
-            theirs = state.get(key, _ADDED_KEYS.get(key))
-            if theirs != mine:
-                raise LoaderStateError(f"state was saved with {key}={theirs!r}, this loader has {mine!r}: the "
-                                       f"sample order would differ, so it cannot resume exactly")
-        epoch, consumed = state.get("epoch"), state.get("consumed_samples")
-        gb = self.cfg.global_batch_size
-        used = self.plan.steps_per_epoch * gb
-        if not _is_int(epoch) or epoch < 0:
-            raise LoaderStateError(f"state epoch: expected an int >= 0, got {epoch!r}")
-        if not _is_int(consumed) or not 0 <= consumed <= used:
-            raise LoaderStateError(f"state consumed_samples: expected an int in [0, {used}], got {consumed!r}")
-        if consumed % gb:
-            # mid-step: the ranks' partial blocks of step t are only the same samples under the same split
-            saved = (state.get("world_size"), state.get("micro_batch_size"))
-            if saved != (self.world_size, self.cfg.micro_batch_size):
-                raise LoaderStateError(
-                    f"state is {consumed % gb} samples into optimizer step {consumed // gb}: resume it with the "
-                    f"world_size and micro_batch_size it was saved with ({saved[0]}, {saved[1]}), not "
-                    f"({self.world_size}, {self.cfg.micro_batch_size}); states saved between steps resume "
-                    f"on any world size")
-        if consumed % self.plan.samples_per_micro_batch_globally:
-            raise LoaderStateError(f"state consumed_samples {consumed} is not a whole number of micro-batches of "
-                                   f"{self.plan.samples_per_micro_batch_globally} samples (micro_batch_size x "
-                                   f"world_size)")
-        if consumed == used:
-            epoch, consumed = epoch + 1, 0
-        self._epoch = epoch
-        self._micro = consumed // self.plan.samples_per_micro_batch_globally
-        self._generation += 1  # an iterator taken before the seek must not continue from the old position
