@@ -29,11 +29,58 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class AugmentSettings(_Strict):
+    """Image augmentation seeded by (data.seed, epoch, sample id): a resumed run sees the same pixels."""
+
+    random_resized_crop_scale: tuple[Annotated[float, Field(gt=0.0, le=1.0)],
+                                     Annotated[float, Field(gt=0.0, le=1.0)]] | None = None
+    """Area share range of torchvision's RandomResizedCrop, e.g. [0.5, 1.0]; None = no crop."""
+    random_resized_crop_ratio: tuple[Annotated[float, Field(gt=0.0)], Annotated[float, Field(gt=0.0)]] = (0.75, 4 / 3)
+    hflip_probability: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    brightness: Annotated[float, Field(ge=0.0)] = 0.0
+    contrast: Annotated[float, Field(ge=0.0)] = 0.0
+    saturation: Annotated[float, Field(ge=0.0)] = 0.0
+
+
+class ImageSettings(_Strict):
+    """The image processor (a CLIPImageProcessor built from these, nothing downloaded)."""
+
+    size: Annotated[int, Field(gt=0)] = 224
+    """Shortest edge resized to this, then a centre crop of size x size: the vision tower's image_size."""
+    mean: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)  # CLIP's
+    std: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
+    augment: AugmentSettings = AugmentSettings()
+    """Training only: evaluation sees the unaugmented image."""
+
+
+class MediaDataSettings(_Strict):
+    """How media samples (media_shards: images, PDF pages, audio) become model inputs."""
+
+    tokenizer_path: str
+    """A local tokenizer directory (the platform's packed_shards/_all/tokenizer, or any save_pretrained
+    one with a chat template that marks assistant turns with {% generation %})."""
+    modalities: list[Literal["image", "pdf", "audio"]] | None = None
+    """The modalities the model takes; None: those of the model family (speech: audio; vision-language:
+    image and pdf)."""
+    batching: Literal["mixed", "per_modality"] = "mixed"
+    """mixed: batches draw from every stream by the mixture; per_modality: each optimizer step one modality."""
+    max_text_tokens: Annotated[int, Field(gt=0)] = 128
+    """Per sample: the chat (image placeholders included) or the transcript's target tokens."""
+    image: ImageSettings = ImageSettings()
+    caption_prompt: str = "Describe the image."
+    """The user turn of a caption sample (its caption is the assistant turn); chat samples keep theirs."""
+    page_prompt: str = "Read the page."
+
+
 class DataSettings(_Strict):
-    """What the training loader reads: the fields of `training.data.loader.LoaderConfig`."""
+    """What the training loader reads: the fields of `training.data.loader.LoaderConfig` (token shards)
+    or `training.data.media_loader.MediaLoaderConfig` (media shards, with `media`)."""
 
     data_dir: str
-    """A `flat` shard directory holding index.json (platform_assets/packing/SHARD_FORMAT.md)."""
+    """A `flat` shard directory holding index.json (platform_assets/packing/SHARD_FORMAT.md), or for a
+    speech or vision-language model a media format directory (media_shards/_all/webdataset)."""
+    media: MediaDataSettings | None = None
+    """Required by speech and vision-language models (model.model_type whisper, llava), unused by causal LMs."""
     split: str = "train"
     weights: dict[str, Annotated[float, Field(gt=0.0)]] | None = None
     """Mixture weight per source; None = proportional to each source's sample count."""
@@ -176,7 +223,8 @@ class RunConfig(_Strict):
 
 
 # Keys holding paths: made absolute against the config file's directory.
-_PATH_KEYS = (("data", "data_dir"), ("model", "model_path"), ("checkpoint", "dir"), ("metrics_file",))
+_PATH_KEYS = (("data", "data_dir"), ("data", "media", "tokenizer_path"), ("model", "model_path"), ("checkpoint", "dir"),
+              ("metrics_file",))
 
 
 def _format_errors(err: ValidationError) -> str:

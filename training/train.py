@@ -37,19 +37,20 @@ from torch.nn.parallel import DistributedDataParallel
 from training.checkpoint import Checkpoint, CheckpointError, find_latest_checkpoint, read_checkpoint, save_checkpoint
 from training.config import RunConfig, RunConfigError, load_run_config, parse_override
 from training.data.loader import LoaderConfig, PackedLoader
+from training.data.media_loader import MediaLoader
 from training.distributed import DistEnv, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed
 from training.distributed import shutdown as shutdown_distributed
-from training.loss import token_loss_sum
 from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
+from training.media_training import MediaInputs, media_inputs, media_loader_config
 from training.model import ShardSetInfo, build_model, parameter_groups
-from training.packed_attention import attention_inputs
+from training.model_families import CAUSAL_LM, DEVICE_KEYS, build_media_model, model_family
+from training.model_families import loss_sum as family_loss_sum
 from training.precision import resolve_precision
 from training.schedule import WarmupCosine, build_scheduler
 
 log = logging.getLogger("training")
 
-# The tensors a forward pass needs on the device; the counters and ids stay on the host.
-_DEVICE_KEYS = ("input_ids", "labels", "position_ids", "segment_ids")
+MODALITIES = ("image", "pdf", "audio")  # counted per step for media runs (the asset's modality mix)
 
 
 class DatasetVersionMismatch(CheckpointError):
@@ -76,6 +77,13 @@ class TrainResult:
     checkpoint: str | None
     """The newest checkpoint after the run."""
     metrics_path: str
+    samples_per_s: float = 0.0
+    """Samples (documents, images, clips) per second over the steps this process ran (all ranks)."""
+    decode_fraction: float | None = None
+    """Media runs: the share of rank 0's loader work (shard reads + decoding + processors) spent decoding
+    and processing media, over this process's steps; None for token shards (nothing to decode)."""
+    modalities_seen: dict[str, int] | None = None
+    """Media runs: samples trained on per modality over the whole run, resumed segments included."""
 
 
 class StopRequest:
@@ -127,11 +135,16 @@ def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
     )
 
 
-def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str) -> PackedLoader:
-    """The loader's own errors name the field; say which section of the run config it came from."""
+def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str,
+                 media: MediaInputs | None = None, train: bool = True) -> PackedLoader | MediaLoader:
+    """The loader's own errors name the field; say which section of the run config it came from.
+    `media`: a media shard set, read with the media loader and collated for the model family."""
     try:
-        return PackedLoader(loader_cfg, rank=env.rank, world_size=env.world_size)
-    except ValueError as err:  # LoaderConfigError, ShardIndexError, MixtureError
+        if media is None:
+            return PackedLoader(loader_cfg, rank=env.rank, world_size=env.world_size)
+        collate = media.train_collate if train else media.eval_collate
+        return MediaLoader(media_loader_config(loader_cfg, media), collate, rank=env.rank, world_size=env.world_size)
+    except ValueError as err:  # LoaderConfigError, ShardIndexError, MediaIndexError, MixtureError
         raise RunConfigError(f"{section} (split {loader_cfg.split!r} of {loader_cfg.data_dir}): {err}") from err
 
 
@@ -170,13 +183,20 @@ class Trainer:
         self.device = env.device
         self.precision = resolve_precision(cfg.precision, env.device)
 
-        self.loader = _open_loader(_loader_config(cfg), env, "data")
+        self.family = model_family(cfg.model)
+        self.media = media_inputs(cfg, self.family) if self.family != CAUSAL_LM else None
+        self.loader = _open_loader(_loader_config(cfg), env, "data", self.media)
         self.accumulation = self.loader.accumulation_steps
         # The same init on every rank (DDP would broadcast rank 0's weights anyway).
-        self.model = build_model(
-            cfg.model, ShardSetInfo.from_index(self.loader.index), seed=cfg.seed,
-            gradient_checkpointing=cfg.gradient_checkpointing,
-        ).to(self.device)
+        if self.media is None:
+            assert isinstance(self.loader, PackedLoader)
+            self.model = build_model(
+                cfg.model, ShardSetInfo.from_index(self.loader.index), seed=cfg.seed,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+            ).to(self.device)
+        else:
+            self.model = build_media_model(cfg.model, self.media.model_config, seed=cfg.seed,
+                                           gradient_checkpointing=cfg.gradient_checkpointing).to(self.device)
         self.model.train()
         opt = cfg.optimizer
         self.optimizer = torch.optim.AdamW(
@@ -189,13 +209,15 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, self.schedule)
         self.scaler = self.precision.grad_scaler(self.device)
 
-        self.eval_loader: PackedLoader | None = None
+        self.eval_loader: PackedLoader | MediaLoader | None = None
         if cfg.validation.eval_interval:
-            self.eval_loader = _open_loader(_loader_config(cfg, cfg.validation.split), env, "validation")
+            self.eval_loader = _open_loader(_loader_config(cfg, cfg.validation.split), env, "validation",
+                                            self.media, train=False)
             self._eval_start = self.eval_loader.state_dict()
 
         self.step = 0
         self.tokens_seen = 0
+        self.modalities_seen = dict.fromkeys(MODALITIES, 0)
         self.last_loss: float | None = None
         self.last_eval_loss: float | None = None
         self.resumed_from = self._resume()
@@ -289,6 +311,7 @@ class Trainer:
             self.loader.load_state_dict(ckpt.meta["loader"])
         self.step = ckpt.step
         self.tokens_seen = int(ckpt.meta["tokens_seen"])
+        self.modalities_seen.update(ckpt.meta.get("modalities_seen") or {})
         self.last_loss = ckpt.meta.get("loss")
         if env.is_main:
             log.info("resumed from %s (step %d, %s tokens seen)", ckpt.path, ckpt.step, f"{self.tokens_seen:,}")
@@ -304,22 +327,20 @@ class Trainer:
     # ---------------------------------------------------------------- data
 
     def _to_device(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        # The tensors a forward pass needs on the device; the counters and ids stay on the host.
+        keys = DEVICE_KEYS[self.family]
         if self.device.type != "cuda":
-            return {k: batch[k] for k in _DEVICE_KEYS}
+            return {k: batch[k] for k in keys}
         # Pinned host memory makes the copy asynchronous (non_blocking): it overlaps the previous
         # micro-batch's kernels instead of stalling the host.
         return {
             k: (batch[k] if batch[k].is_pinned() else batch[k].pin_memory()).to(self.device, non_blocking=True)
-            for k in _DEVICE_KEYS
+            for k in keys
         }
 
     def _forward_loss_sum(self, module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         with self.precision.autocast(self.device):
-            logits = module(
-                input_ids=batch["input_ids"], position_ids=batch["position_ids"],
-                **attention_inputs(batch["segment_ids"], self.cfg.model.attn_implementation),
-            ).logits
-        return token_loss_sum(logits, batch["labels"])
+            return family_loss_sum(self.family, module, batch, self.cfg.model.attn_implementation)
 
     # ---------------------------------------------------------------- the step
 
@@ -376,12 +397,13 @@ class Trainer:
         # One small all-reduce for the step's figures and the stop vote: a rank that got SIGTERM makes
         # every rank stop after this same step.
         tokens = sum(int(b["num_tokens"]) for b in batches)
-        figures = torch.stack([
-            loss_sum,
-            torch.tensor(float(tokens), dtype=torch.float64, device=self.device),
-            torch.tensor(float(stop_requested), dtype=torch.float64, device=self.device),
-        ])
+        seen = [sum(b.get("modalities", {}).get(m, 0) for b in batches) for m in MODALITIES]
+        figures = torch.tensor([0.0, float(tokens), float(stop_requested), *map(float, seen)],
+                               dtype=torch.float64, device=self.device)
+        figures[0] = loss_sum
         figures = all_reduce_sum(figures, env).tolist()  # the step's one host sync
+        for m, n in zip(MODALITIES, figures[3:], strict=True):
+            self.modalities_seen[m] += int(n)
         loss = figures[0] / loss_tokens
         return loss, float(grad_norm), int(figures[1]), figures[2] > 0
 
@@ -424,6 +446,7 @@ class Trainer:
                     "dataset_version": self.cfg.dataset_version,
                     "loader": self.loader.state_dict(),
                     "tokens_seen": self.tokens_seen,
+                    "modalities_seen": self.modalities_seen,
                     "loss": self.last_loss,
                     "world_size": self.env.world_size,
                     "config": self.cfg.to_json_dict(),
@@ -438,8 +461,9 @@ class Trainer:
         cfg = self.cfg
         data_iter = iter(self.loader)
         stopped = False
-        run_tokens, run_time, run_wait = 0, 0.0, 0.0
+        run_tokens, run_time, run_wait, run_read, run_decode = 0, 0.0, 0.0, 0.0, 0.0
         interval = {"steps": 0, "tokens": 0, "time": 0.0, "wait": 0.0}
+        step_samples = cfg.data.global_batch_size
         while self.step < cfg.max_steps:
             t0 = time.perf_counter()
             epoch = self.loader.epoch  # of this step's samples (it advances as the last one is handed out)
@@ -453,6 +477,9 @@ class Trainer:
             run_tokens += tokens
             run_time += elapsed
             run_wait += waited
+            # media batches say how long their shard reads and their decoding took (in the worker)
+            run_read += sum(b.get("read_s", 0.0) for b in batches)
+            run_decode += sum(b.get("decode_s", 0.0) for b in batches)
             interval["steps"] += 1
             interval["tokens"] += tokens
             interval["time"] += elapsed
@@ -466,9 +493,12 @@ class Trainer:
                 self.metrics.log({
                     "kind": "train", "step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                     "tokens_per_s": interval["tokens"] / max(interval["time"], 1e-9),
+                    "samples_per_s": interval["steps"] * step_samples / max(interval["time"], 1e-9),
                     "data_wait_fraction": interval["wait"] / max(interval["time"], 1e-9),
                     "step_time_s": interval["time"] / interval["steps"],
                     "tokens_seen": self.tokens_seen, "epoch": epoch,
+                    **({"decode_fraction": run_decode / max(run_read + run_decode, 1e-9),
+                        "modalities_seen": dict(self.modalities_seen)} if self.media is not None else {}),
                 })
                 interval = {"steps": 0, "tokens": 0, "time": 0.0, "wait": 0.0}
             if stop_now:
@@ -492,6 +522,9 @@ class Trainer:
             eval_loss=self.last_eval_loss, tokens_seen=self.tokens_seen,
             tokens_per_s=run_tokens / run_time if run_time else 0.0,
             data_wait_fraction=run_wait / run_time if run_time else 0.0, resumed_from=self.resumed_from,
+            samples_per_s=(self.step - (self.resumed_from or 0)) * step_samples / run_time if run_time else 0.0,
+            decode_fraction=(run_decode / max(run_read + run_decode, 1e-9)) if self.media is not None else None,
+            modalities_seen=dict(self.modalities_seen) if self.media is not None else None,
             checkpoint=str(latest.path) if latest else None, metrics_path=str(cfg.metrics_path),
         )
 
