@@ -86,10 +86,7 @@ def media_inputs(cfg: RunConfig, family: str) -> MediaInputs:
             image_seq_length=image_seq_length(config), max_text_tokens=media.max_text_tokens,
             caption_prompt=media.caption_prompt, page_prompt=media.page_prompt)
 
-    train = collator(AugmentSettings(
-        random_resized_crop_scale=aug.random_resized_crop_scale, random_resized_crop_ratio=aug.random_resized_crop_ratio,
-        hflip_probability=aug.hflip_probability, brightness=aug.brightness, contrast=aug.contrast,
-        saturation=aug.saturation))
+    train = collator(AugmentSettings(**aug.model_dump()))  # the same fields, validated by both
     return MediaInputs(family, tokenizer, config, modalities, media.batching, train, collator(AugmentSettings()))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import logging
 import os
 import random
@@ -40,8 +41,8 @@ from training.data.loader import LoaderConfig, PackedLoader
 from training.data.media_loader import MediaLoader
 from training.distributed import DistEnv, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed
 from training.distributed import shutdown as shutdown_distributed
-from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
 from training.media_training import MediaInputs, media_inputs, media_loader_config
+from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
 from training.model import ShardSetInfo, build_model, parameter_groups
 from training.model_families import CAUSAL_LM, DEVICE_KEYS, build_media_model, model_family
 from training.model_families import loss_sum as family_loss_sum
@@ -487,7 +488,12 @@ class Trainer:
 
             if self.sample_log is not None:
                 ids = [int(i) for b in batches for i in b["sample_ids"].tolist()]
-                self.sample_log.write({"step": self.step, "rank": self.env.rank, "sample_ids": ids})
+                record: dict[str, Any] = {"step": self.step, "rank": self.env.rank, "sample_ids": ids}
+                if "pixel_values" in batches[0]:
+                    # what the model saw, augmentation included: a resumed run must see the same pixels
+                    record["pixel_sha256"] = [hashlib.sha256(b["pixel_values"].numpy().tobytes()).hexdigest()
+                                              for b in batches]
+                self.sample_log.write(record)
             last = self.step == cfg.max_steps
             if self.metrics is not None and (self.step % cfg.log_interval == 0 or last or stop_now or self.step == 1):
                 self.metrics.log({
