@@ -26,11 +26,13 @@ training loop can report which share of the loader's work decoding is.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -43,7 +45,7 @@ from training.data.loader_position import LoaderConfigError, LoaderPosition
 from training.data.loader_position import is_int as _is_int
 from training.data.media_index import read_media_index
 from training.data.media_reader import MediaSample, MediaSplitReader
-from training.data.mixture import Mixture, blend
+from training.data.mixture import Mixture, MixtureError, blend
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES
 
 BATCHING = ("mixed", "per_modality")
@@ -113,6 +115,10 @@ def stream_weights(names: Sequence[str], sources: Sequence[str], sizes: Sequence
         if key in names:
             out[key] = w  # type: ignore[assignment]  # the mixture validates and converts it
         elif key in per_source:
+            # checked here as the mixture checks a stream's weight: Fraction() would take "0.5" and True,
+            # and raise OverflowError / ValueError on inf / nan, before the mixture sees the value
+            if isinstance(w, bool) or not isinstance(w, Real) or not math.isfinite(w) or w < 0:
+                raise MixtureError(f"weights[{key!r}]: expected a finite number >= 0, got {w!r}")
             for name, src, n in zip(names, sources, sizes, strict=True):
                 if src == key:
                     if name in weights:
