@@ -38,6 +38,7 @@ EXTRA_TO_KEY = {
     "data_dir": "data.data_dir",
     "checkpoint_dir": "checkpoint.dir",
     "max_steps": "max_steps",
+    "tokenizer_path": "data.media.tokenizer_path",  # media models: the token shards' tokenizer
 }
 KNOWN_EXTRAS = {"config", "overrides", *EXTRA_TO_KEY}
 MAX_CURVE_POINTS = 500
@@ -102,6 +103,12 @@ def materialization_metadata(result: TrainResult, cfg: RunConfig) -> dict[str, A
         "metrics_file": {"type": "path", "raw_value": result.metrics_path},
         "loss_curve": {"type": "json", "raw_value": loss_curve(result.metrics_path)},
     }
+    metadata["samples_per_s"] = {"type": "float", "raw_value": round(result.samples_per_s, 2)}
+    if result.modalities_seen is not None:
+        # the modality mix actually trained on (whole run, resumed segments included)
+        metadata["modalities_seen"] = {"type": "json", "raw_value": result.modalities_seen}
+    if result.decode_fraction is not None:
+        metadata["decode_fraction"] = {"type": "float", "raw_value": round(result.decode_fraction, 4)}
     if result.eval_loss is not None:
         metadata["eval_loss"] = {"type": "float", "raw_value": result.eval_loss}
     if result.resumed_from is not None:

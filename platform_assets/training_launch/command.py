@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from platform_assets.training_launch.settings import TrainingLaunchSettings
 
 PIPES_ENTRY = "training.pipes_entry"
+# Model types that train on the media shard set (training/model_families.py FAMILY_OF_MODEL_TYPE; a test
+# keeps the two in step): read here from the run config's YAML, so the Dagster process does not import
+# torch and transformers to decide which shard set to hand over.
+MEDIA_MODEL_TYPES = {"whisper": "speech_seq2seq", "llava": "vision_language"}
+MEDIA_FORMAT = "webdataset"  # O(1) random access by member offsets (training/data/media_reader.py)
 DIE_WITH_PARENT = "platform_assets.training_launch.die_with_parent"
 
 
@@ -30,15 +38,52 @@ def checkpoint_dir(root: Path, dataset_md5: str) -> Path:
     return root / dataset_md5.removesuffix(".dir")
 
 
+class LaunchError(ValueError):
+    """The run config asks for data the dataset version does not have (the message says which)."""
+
+
+def model_type_of(run_config: Path) -> str | None:
+    """The run config's model type (model.model_type, or model_type in model.model_path's config.json)."""
+    try:
+        raw: Any = yaml.safe_load(run_config.read_text())
+    except (OSError, yaml.YAMLError):
+        return None  # the training job reports an unreadable config with the key at fault
+    model = raw.get("model") if isinstance(raw, dict) else None
+    if not isinstance(model, dict):
+        return None
+    if isinstance(model.get("model_type"), str):
+        return model["model_type"]
+    if isinstance(model.get("model_path"), str):
+        try:
+            saved = json.loads((run_config.parent / model["model_path"] / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return saved.get("model_type") if isinstance(saved, dict) else None
+    return None
+
+
 def run_extras(settings: TrainingLaunchSettings, run_config: Path, version_record: dict,
                checkpoint_root: Path) -> dict[str, object]:
-    """What the Pipes entry point receives: the run config plus what only the platform knows."""
+    """What the Pipes entry point receives: the run config plus what only the platform knows. A speech or
+    vision-language model trains on the version's media shard set (its own DVC md5 names the checkpoints)
+    with the tokenizer of the token shards; a causal LM on the flat token shards."""
+    media = version_record.get("media")
+    if model_type_of(run_config) in MEDIA_MODEL_TYPES:
+        if not media or MEDIA_FORMAT not in (media.get("formats") or []):
+            raise LaunchError(f"{run_config} trains a media model but dataset version {version_record['md5']} has "
+                              f"no media shard set in the {MEDIA_FORMAT} format: materialize media_shards with "
+                              f"media_shards.formats including {MEDIA_FORMAT}, then dataset_version")
+        version, data_dir = media["md5"], f"{media['shards_uri']}/{MEDIA_FORMAT}"
+    else:
+        version, data_dir = version_record["md5"], f"{version_record['shards_uri']}/flat"
     extras: dict[str, object] = {
         "config": str(run_config),
-        "dataset_version": version_record["md5"],
-        "data_dir": f"{version_record['shards_uri']}/flat",
-        "checkpoint_dir": str(checkpoint_dir(checkpoint_root, version_record["md5"])),
+        "dataset_version": version,
+        "data_dir": data_dir,
+        "checkpoint_dir": str(checkpoint_dir(checkpoint_root, version)),
     }
+    if model_type_of(run_config) in MEDIA_MODEL_TYPES:
+        extras["tokenizer_path"] = f"{version_record['shards_uri']}/tokenizer"
     if settings.max_steps is not None:
         extras["max_steps"] = settings.max_steps
     if settings.overrides:

@@ -12,7 +12,7 @@ from platform_assets.config import REPO_ROOT
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY
 from platform_assets.layout import asset_dir
-from platform_assets.training_launch.command import run_extras, torchrun_command
+from platform_assets.training_launch.command import LaunchError, run_extras, torchrun_command
 from platform_assets.versioning.record import VERSION_FILE
 
 # A step spends at most this share of its time waiting for data before the check warns: the loader
@@ -38,8 +38,9 @@ TRAINING_CHECKS = [
     kinds={"pytorch"},
     # One training job per GPU box at a time; raise with `dagster instance concurrency set gpu <n>`.
     pool="gpu",
-    description="Trains the configured causal LM on the dataset version's flat shards under torchrun (Pipes "
-                "streams logs and metrics back). Re-materializing resumes the latest checkpoint of that version.",
+    description="Trains the configured model under torchrun (Pipes streams logs and metrics back): a causal LM on "
+                "the dataset version's flat token shards, or a Whisper / LLaVA model on its media shards. "
+                "Re-materializing resumes the latest checkpoint of that version.",
 )
 def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
                  pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
@@ -51,9 +52,13 @@ def training_run(context: dg.AssetExecutionContext, pipeline: PipelineResource,
                          allow_retries=False)
     record = json.loads(storage.read_bytes(version_rel))
     settings = cfg.training
-    extras = run_extras(settings, Path(cfg.resolve(settings.run_config)), record,
-                        Path(cfg.resolve(settings.checkpoint_root)))
-    context.log.info(f"training on dataset version {record['md5']}, checkpoints in {extras['checkpoint_dir']}")
+    try:
+        extras = run_extras(settings, Path(cfg.resolve(settings.run_config)), record,
+                            Path(cfg.resolve(settings.checkpoint_root)))
+    except LaunchError as err:  # a config that asks for data this version lacks: retrying cannot help
+        raise dg.Failure(str(err), allow_retries=False) from None
+    context.log.info(f"training on {extras['data_dir']} (version {extras['dataset_version']}), checkpoints in "
+                     f"{extras['checkpoint_dir']}")
     with warnings.catch_warnings():
         # Dagster's own Pipes client calls one of its preview APIs on every run: a warning the user
         # can do nothing about, printed between the CLI's summary lines
