@@ -80,10 +80,12 @@ def _speech_flac(words: list[str], rng: np.random.Generator) -> tuple[bytes, flo
 
 
 def write_media_shard_set(root: Path, images: int = 24, pages: int = 6, clips: int = 16, validation: int = 4,
-                          seed: int = 0, shard_max_samples: int = 5, audio_features: str = "whisper") -> MediaShardSet:
+                          seed: int = 0, shard_max_samples: int = 5, audio_features: str = "whisper",
+                          text_documents: int = 0) -> MediaShardSet:
     """Sources `photos` (images, every third a chat instruction), `scans` (pages), `speech` (audio); the
     last `validation` of each source go to the validation split. Shards of `shard_max_samples`, so a
-    source spans several shards."""
+    source spans several shards. `text_documents`: text rows of a source `notes` in the train split
+    (the token path's input: the tokenizer stage trains on text documents only; media shards skip them)."""
     from platform_assets.media_shards.settings import MediaShardSettings
     from platform_assets.media_shards.stage import write_media_shards
 
@@ -123,6 +125,13 @@ def write_media_shard_set(root: Path, images: int = 24, pages: int = 6, clips: i
         add("speech", split, "audio", " ".join(words), f"speech/{i}.flac",
             _item("audio", "audio/flac", f"speech/{i}.flac", flac, format="FLAC", duration_s=seconds,
                   sample_rate=RATE, source_sample_rate=RATE, channels=1), None)
+    for i in range(text_documents):
+        words = [WORDS[int(k)] for k in rng.integers(0, len(WORDS), 12)]
+        text = f"a {list(COLOURS)[i % len(COLOURS)]} {SHAPES[i % 2]}: " + " ".join(words) + "."
+        rows.append({"id": document_id("notes", f"notes/{i}.txt", text), "source": "notes", "text": text,
+                     "modality": "text", "uri": f"notes/{i}.txt", "license": "cc-by", "meta": None,
+                     "ingested_at": 1_700_000_000_000, "media": None,
+                     "split": "validation" if i % 5 == 4 else "train"})
     storage = Storage(str(root))
     table = pa.Table.from_pylist(rows, SPLITS_SCHEMA)
     with TableSink(storage, SPLITS_REL, SPLITS_SCHEMA) as sink:
@@ -144,3 +153,51 @@ def write_tokenizer(directory: Path) -> Path:
     texts += [" ".join(WORDS), "What colour is the shape?", "page 0 1 2 3 4 5 6 7 8 9"] * 20
     save_artifact(make_artifact(train_tokenizer([texts], settings), settings), directory)
     return directory
+
+
+WHISPER_MODEL = {"model_type": "whisper", "overrides": {
+    "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}}
+LLAVA_MODEL = {"model_type": "llava", "overrides": {
+    "vision_config": {"model_type": "clip_vision_model", "patch_size": 8, "hidden_size": 32,
+                      "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2},
+    "text_config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                    "num_attention_heads": 2, "num_key_value_heads": 2}}}
+
+
+def media_run_config(shards: MediaShardSet, tokenizer: Path, ckpt: Path, family: str, **top) -> dict:
+    """A raw run config for a tiny Whisper (`family` "whisper") or LLaVA ("llava") on the fixture's
+    webdataset shards: fp32, one thread, deterministic, every step logged with its sample ids, images
+    augmented (random resized crop + flip). `top`: overrides by dotted path with `__` (data__num_workers=2)."""
+    import copy
+
+    raw: dict = {
+        "data": {"data_dir": str(shards.format_dir("webdataset")), "global_batch_size": 4, "micro_batch_size": 2,
+                 "num_workers": 0, "seed": 3,
+                 "media": {"tokenizer_path": str(tokenizer), "max_text_tokens": 64,
+                           "image": {"size": 32, "augment": {"random_resized_crop_scale": [0.6, 1.0],
+                                                             "hflip_probability": 0.5}}}},
+        "model": copy.deepcopy({"whisper": WHISPER_MODEL, "llava": LLAVA_MODEL}[family]),
+        "optimizer": {"lr": 3e-3},
+        "schedule": {"warmup_steps": 0, "decay_steps": 12},
+        "checkpoint": {"dir": str(ckpt), "interval": 5},
+        "validation": {"eval_interval": 5, "eval_batches": 1},
+        "dataset_version": "media-fixture-v1",
+        "max_steps": 12,
+        "precision": "fp32",
+        "log_interval": 1,
+        "log_sample_ids": True,
+        "deterministic": True,
+        "cpu_threads": 1,
+        "seed": 5,
+    }
+    for dotted, value in top.items():
+        *parents, leaf = dotted.split("__")
+        node = raw
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return raw
