@@ -60,11 +60,15 @@ def format_line(record: dict[str, Any], max_steps: int) -> str:
     step = f"step {record['step']}/{max_steps}"
     if record["kind"] == "eval":
         return f"{step} | eval loss {_num(record['eval_loss'], '.4f')} over {record['eval_tokens']} tokens"
-    return (
+    line = (
         f"{step} | loss {_num(record['loss'], '.4f')} | lr {record['lr']:.3e} | "
         f"grad norm {_num(record['grad_norm'], '.3f')} | {record['tokens_per_s']:,.0f} tok/s | "
         f"data wait {100 * record['data_wait_fraction']:.1f}% | tokens {record['tokens_seen']:,}"
     )
+    if "decode_fraction" in record:  # media runs: samples are the unit, decoding the loader's main cost
+        line += (f" | {record.get('samples_per_s', 0.0):,.1f} samples/s | decode {100 * record['decode_fraction']:.0f}%"
+                 f" of loader work")
+    return line
 
 
 class JsonLinesLog:
