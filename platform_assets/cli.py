@@ -80,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     log_file = Path(args.log_file) if args.log_file else Path(os.environ["DAGSTER_HOME"]) / "logs" / RUN_LOG_FILE
     logs = _run_loggers(args.verbose, log_file)
     with console_progress(args.progress):
-        failed = _run_jobs(args, definitions, instance, per_source, names, logs)
+        failed = _run_jobs(args, definitions, instance, per_source, names, logs, cfg.training.more_run_configs)
     print(f"outputs under {cfg.storage_root}; runs recorded in {os.environ['DAGSTER_HOME']} (see `dagster dev`); "
           f"their events also in {log_file}")
     if failed:
@@ -89,7 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names: list[str], logs: dict) -> list[str]:
+def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names: list[str], logs: dict,
+              more_run_configs: list[str]) -> list[str]:
     """The per-source runs, then the global jobs (unless a source failed or --sources was given):
     the summary table's lines as each finishes; the names of what failed."""
     import dagster as dg
@@ -112,7 +113,7 @@ def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names
     if failed or args.sources:
         print("deduplication and later stages skipped: " + ("some sources failed" if failed else "--sources given"))
     else:
-        failed += _run_global_jobs(definitions, instance, args.until, logs)
+        failed += _run_global_jobs(definitions, instance, args.until, logs, more_run_configs)
     return failed
 
 
@@ -149,8 +150,12 @@ def _summary(job: str, result) -> str:
     if job == "release_job":
         return f"dvc md5 {m('dataset_version', 'dvc_md5')}"
     loss = m("training_run", "final_loss")
-    return (f"steps {m('training_run', 'steps')}, final loss {f'{loss:.4f}' if isinstance(loss, float) else loss}, "
+    line = (f"steps {m('training_run', 'steps')}, final loss {f'{loss:.4f}' if isinstance(loss, float) else loss}, "
             f"tokens {m('training_run', 'tokens_seen')}")
+    seen = m("training_run", "modalities_seen")
+    if isinstance(seen, dict):  # a media model: what it was trained on
+        line += ", samples " + " + ".join(f"{n} {k}" for k, n in sorted(seen.items()) if n)
+    return line
 
 
 RUN_LOG_FILE = "platform-run.log"
@@ -164,23 +169,33 @@ def _run_loggers(verbose: bool, log_file: Path) -> dict:
                         "run_log_file": {"config": {"path": str(log_file)}}}}
 
 
-def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None) -> list[str]:
+def _job_runs(job: str, more_run_configs: list[str]) -> list[tuple[str, dict]]:
+    """(summary label, op config) of each run of `job`: training_job once with the pipeline config's
+    run_config, then once per `training.more_run_configs` entry (labelled with the model it trains)."""
+    label = job.removesuffix("_job")
+    if job != "training_job":
+        return [(label, {})]
+    return [(label, {})] + [(f"{label}:{Path(rc).stem.removeprefix('training_').removesuffix('_sample')}",
+                             {"ops": {"training_run": {"config": {"run_config": rc}}}}) for rc in more_run_configs]
+
+
+def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None,
+                     more_run_configs: tuple[str, ...] | list[str] = ()) -> list[str]:
     if until in ("raw_documents", "cleaned_documents"):
         return []
-    failed = []
     for job, assets in GLOBAL_JOBS:
         selection = _until_selection(definitions, assets, until)
-        result = definitions.resolve_job_def(job).execute_in_process(
-            instance=instance, raise_on_error=False, run_config=logs or {},
-            **({"asset_selection": selection} if selection else {}))
-        label = job.removesuffix("_job")
-        print(f"{label:<16} {'ok' if result.success else 'FAILED':<8} {_summary(job, result)}  "
-              f"{_checks_summary(result)}")
-        if not result.success:
-            return [label]
+        for label, op_config in _job_runs(job, list(more_run_configs)):
+            result = definitions.resolve_job_def(job).execute_in_process(
+                instance=instance, raise_on_error=False, run_config={**(logs or {}), **op_config},
+                **({"asset_selection": selection} if selection else {}))
+            print(f"{label:<16} {'ok' if result.success else 'FAILED':<8} {_summary(job, result)}  "
+                  f"{_checks_summary(result)}")
+            if not result.success:
+                return [label]
         if until in assets:
             break
-    return failed
+    return []
 
 
 def _metadata(result, asset: str, key: str) -> object:

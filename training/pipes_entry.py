@@ -97,6 +97,7 @@ def materialization_metadata(result: TrainResult, cfg: RunConfig) -> dict[str, A
         "tokens_seen": {"type": "int", "raw_value": result.tokens_seen},
         "tokens_per_s": {"type": "float", "raw_value": round(result.tokens_per_s, 1)},
         "data_wait_fraction": {"type": "float", "raw_value": round(result.data_wait_fraction, 4)},
+        "first_step_wait_s": {"type": "float", "raw_value": round(result.first_step_wait_s, 3)},
         "steps": {"type": "int", "raw_value": result.step},
         "dataset_version": {"type": "text", "raw_value": cfg.dataset_version},
         "checkpoint": {"type": "path", "raw_value": result.checkpoint},

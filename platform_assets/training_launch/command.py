@@ -33,9 +33,11 @@ def torchrun_command(settings: TrainingLaunchSettings, die_with: int | None = No
     return [*cmd, "-m", PIPES_ENTRY]
 
 
-def checkpoint_dir(root: Path, dataset_md5: str) -> Path:
-    """One directory per dataset version: `3f2a...dir` -> `<root>/3f2a...`."""
-    return root / dataset_md5.removesuffix(".dir")
+def checkpoint_dir(root: Path, dataset_md5: str, media_model_type: str | None = None) -> Path:
+    """One directory per dataset version: `3f2a...dir` -> `<root>/3f2a...`; a media model's per (version,
+    model type), `<root>/3f2a...-whisper`: a Whisper and a LLaVA run on one media set resume their own."""
+    name = dataset_md5.removesuffix(".dir")
+    return root / (f"{name}-{media_model_type}" if media_model_type else name)
 
 
 class LaunchError(ValueError):
@@ -68,7 +70,9 @@ def run_extras(settings: TrainingLaunchSettings, run_config: Path, version_recor
     vision-language model trains on the version's media shard set (its own DVC md5 names the checkpoints)
     with the tokenizer of the token shards; a causal LM on the flat token shards."""
     media = version_record.get("media")
-    if model_type_of(run_config) in MEDIA_MODEL_TYPES:
+    model_type = model_type_of(run_config)
+    media_model = model_type if model_type in MEDIA_MODEL_TYPES else None
+    if media_model:
         if not media or MEDIA_FORMAT not in (media.get("formats") or []):
             raise LaunchError(f"{run_config} trains a media model but dataset version {version_record['md5']} has "
                               f"no media shard set in the {MEDIA_FORMAT} format: materialize media_shards with "
@@ -80,9 +84,9 @@ def run_extras(settings: TrainingLaunchSettings, run_config: Path, version_recor
         "config": str(run_config),
         "dataset_version": version,
         "data_dir": data_dir,
-        "checkpoint_dir": str(checkpoint_dir(checkpoint_root, version)),
+        "checkpoint_dir": str(checkpoint_dir(checkpoint_root, version, media_model)),
     }
-    if model_type_of(run_config) in MEDIA_MODEL_TYPES:
+    if media_model:
         extras["tokenizer_path"] = f"{version_record['shards_uri']}/tokenizer"
     if settings.max_steps is not None:
         extras["max_steps"] = settings.max_steps

@@ -13,6 +13,10 @@ class TrainingLaunchSettings(StrictModel):
     run_config: str = "training_sample.yaml"
     """The training job's own config (training/config.py), relative to the pipeline config. The asset
     fills in what the platform knows: data.data_dir, dataset_version, checkpoint.dir."""
+    more_run_configs: list[str] = []
+    """Further run configs the main job (`python -m platform_assets run`) trains after `run_config`, each
+    as its own training_run materialization (e.g. a Whisper and a LLaVA model on the media shards). In
+    the UI, a materialization trains `run_config` unless the launchpad's `run_config` names another."""
     nproc_per_node: Annotated[int, Field(gt=0)] = 1
     """torchrun processes (one per GPU; on CPU each is a gloo rank)."""
     nnodes: Annotated[int, Field(gt=0)] = 1
