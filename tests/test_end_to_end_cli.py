@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,8 @@ def workspace(tmp_path_factory):
     subprocess.run(["git", "init", "-q", str(tmp)], check=True)
     config["versioning"] = {"dvc_repo": str(tmp), "remote": {"name": "local", "url": str(tmp / "dvc-remote")}}
     config["training"] = {"run_config": str(REPO / "configs" / "training_sample.yaml"), "max_steps": 10,
+                          "more_run_configs": [str(REPO / "configs" / f"training_{m}_sample.yaml")
+                                               for m in ("whisper", "llava")],
                           "checkpoint_root": str(tmp / "checkpoints"), "overrides": {"checkpoint.interval": 5}}
     (tmp / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     home = tmp / "dagster_home"
@@ -99,6 +102,14 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     assert version["media"]["md5"] == lock["media_shards"]["outs"][0]["md5"]
     assert version["media"]["totals"]["samples"] == 21 and version["media"]["formats"] == ["parquet", "webdataset"]
     assert " ".join(lines["training"]).startswith("training ok steps 10, final loss "), res.stdout
+    # then a Whisper on the 4 training clips and a LLaVA on the 12 training images and pages (global
+    # batches of 4 and 2), on the media shard set's version, each with its checkpoints
+    whisper, llava = " ".join(lines["training:whisper"]), " ".join(lines["training:llava"])
+    assert whisper.startswith("training:whisper ok steps 10, final loss ") and "samples 40 audio " in whisper, whisper
+    mix = re.search(r"samples (\d+) image \+ (\d+) pdf ", llava)
+    assert llava.startswith("training:llava ok steps 10") and mix and sum(map(int, mix.groups())) == 20, llava
+    for model in ("whisper", "llava"):
+        assert (tmp / "checkpoints" / f"{version['media']['md5'].removesuffix('.dir')}-{model}" / "latest").is_file()
     assert (tmp / "platform" / "packed_shards" / "_all.dvc").is_file()
     assert (tmp / "checkpoints" / md5.removesuffix(".dir") / "latest").is_file()
     out = tmp / "platform" / "raw_documents"
@@ -112,6 +123,7 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     rerun = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.split()}
     assert rerun["release"][4] == md5 and rerun["training"][:4] == ["training", "ok", "steps", "10,"]
     assert rerun["training"] == lines["training"]  # resumed at its last checkpoint: nothing retrained
+    assert rerun["training:whisper"] == lines["training:whisper"] and rerun["training:llava"] == lines["training:llava"]
     res = _run([sys.executable, "-m", "platform_assets", "run", "--sources", "docs,pages"], env)
     assert res.returncode == 0 and "deduplication and later stages skipped: --sources given" in res.stdout
     assert {p: p.read_bytes() for p in sorted(out.rglob("*.parquet"))} == first
