@@ -21,6 +21,7 @@ from PIL import Image
 from training.data.collate import IGNORE_INDEX
 from training.data.image_augment import AugmentSettings, augment, crop_box, sample_rng
 from training.data.media_collate import (
+    FastImagePath,
     ImageSettings,
     SpeechCollator,
     VisionLanguageCollator,
@@ -305,3 +306,150 @@ def test_decode_image_converts_to_rgb():
     Image.new("LA", (5, 4), (128, 255)).save(buf, "PNG")
     image = decode_image(buf.getvalue())
     assert image.mode == "RGB" and image.getpixel((0, 0)) == (128, 128, 128)
+
+
+# ------------------------------------------------------------------ the fast image path vs the processor
+# FastImagePath does the processor's geometric steps with the same PIL calls on the same uint8 pixels and
+# maps each uint8 value through a table computed by transformers' own rescale / normalize: the bound is
+# exact equality (max abs difference 0), asserted with assert_array_equal below.
+
+
+def _encoded(image: Image.Image, fmt: str) -> Image.Image:
+    """`image` written as `fmt` and decoded again: the modes and info (transparency) a decoder gives."""
+    buf = io.BytesIO()
+    image.save(buf, fmt)
+    return Image.open(io.BytesIO(buf.getvalue()))
+
+
+def _varied_images(shards) -> list[Image.Image]:
+    """Real decoded images of several sizes, aspect ratios and modes."""
+    photos = [Image.open(io.BytesIO(s.media)) for s in shards["photos"][:3]]
+    page = Image.open(io.BytesIO(shards["scans"][0].media))
+    base = photos[0].convert("RGB")
+    rgba = base.convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize(base.size))
+    palette = base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    palette.info["transparency"] = 3
+    return [
+        *photos, page,
+        _encoded(rgba, "PNG"),  # RGBA with a real alpha gradient: composited onto white
+        _encoded(base.convert("L").resize((40, 70)), "PNG"),  # L, tall
+        _encoded(base.convert("CMYK").resize((57, 33)), "JPEG"),  # CMYK JPEG
+        _encoded(base.convert("LA"), "PNG"),
+        _encoded(palette, "PNG"),  # P with a transparent index
+        _encoded(base.resize((1, 1)), "PNG"),  # tiny
+        _encoded(base.resize((500, 3)), "PNG"),  # very wide
+        _encoded(base.resize((2, 301)), "JPEG"),  # very tall
+        _encoded(base.resize((SIZE, SIZE)), "PNG"),  # already the size: no resize
+        _encoded(base.resize((SIZE + 1, SIZE - 1)), "WEBP"),
+    ]
+
+
+def _clip_kwargs(size: int, **extra) -> dict:
+    return dict(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
+                image_mean=[0.48145466, 0.4578275, 0.40821073], image_std=[0.26862954, 0.26130258, 0.27577711],
+                **extra)
+
+
+@pytest.mark.parametrize("size", [SIZE, 31, 224])
+def test_fast_image_path_equals_processor(shards, size):
+    from transformers import CLIPImageProcessor, CLIPImageProcessorPil
+
+    images = _varied_images(shards)
+    modes = {image.mode for image in images}
+    assert {"RGB", "RGBA", "L", "CMYK", "LA", "P"} <= modes and (1, 1) in {image.size for image in images}
+    ours = build_image_processor(ImageSettings(size=size))
+    fast = FastImagePath(ours)
+    assert fast.plan()[0] is not None, fast.plan()[1]
+    got = fast(images)
+    assert got.dtype == np.float32 and got.shape == (len(images), 3, size, size)
+    for processor in (ours, CLIPImageProcessorPil(**_clip_kwargs(size)), CLIPImageProcessor(**_clip_kwargs(size))):
+        expected = processor(images=images, return_tensors="np")["pixel_values"]
+        np.testing.assert_array_equal(got, expected)  # bound: 0 (see above)
+        assert fast([images[0]]).tobytes() == expected[:1].tobytes()
+
+
+@pytest.mark.parametrize("settings", [
+    dict(resample=0), dict(resample=2), dict(resample=1, do_center_crop=False, size={"height": 20, "width": 36}),
+    dict(do_rescale=False), dict(do_normalize=False), dict(do_rescale=False, do_normalize=False),
+    dict(rescale_factor=1 / 127.5, image_mean=0.5, image_std=0.5),
+    dict(size={"shortest_edge": 20}),  # the crop is larger than the resized image: zero padding
+    dict(crop_size={"height": 17, "width": 40}), dict(do_resize=False, crop_size={"height": 1, "width": 1}),
+])
+def test_fast_image_path_other_settings(shards, settings):
+    from transformers import CLIPImageProcessorPil, SiglipImageProcessorPil
+
+    images = [im for im in _varied_images(shards) if im.size != (500, 3) and im.size != (2, 301)]
+    if settings.get("do_resize") is False:
+        images = [im.resize((24, 24)) for im in images]
+    processors = [CLIPImageProcessorPil(**{**_clip_kwargs(SIZE), **settings})]
+    if "shortest_edge" not in settings.get("size", {}):  # SigLIP does not crop: a shortest edge gives ragged sizes
+        processors.append(SiglipImageProcessorPil(**settings))  # size {"height", "width"}, no crop
+    for processor in processors:
+        fast = FastImagePath(processor)
+        assert fast.plan()[0] is not None, fast.plan()[1]
+        expected = np.asarray(processor(images=images, return_tensors="np")["pixel_values"], dtype=np.float32)
+        np.testing.assert_array_equal(fast(images), expected)
+
+
+def test_fast_image_path_falls_back(shards, tokenizer):
+    from transformers import CLIPImageProcessorPil
+
+    class Shifted(CLIPImageProcessorPil):
+        def normalize(self, image, mean, std, **kwargs):
+            return super().normalize(image, mean, std, **kwargs) + 1.0
+
+    for processor, reason in ((CLIPImageProcessorPil(**_clip_kwargs(SIZE, do_pad=True)), "do_pad"),
+                              (CLIPImageProcessorPil(size={"shortest_edge": SIZE, "longest_edge": 64}),
+                               "longest_edge"),
+                              (CLIPImageProcessorPil(size={"max_height": SIZE, "max_width": SIZE}), "max_height"),
+                              (Shifted(**_clip_kwargs(SIZE)), "overrides normalize"),
+                              (object(), "not transformers' PIL backend")):
+        plan, why = FastImagePath(processor).plan()
+        assert plan is None and reason in why
+    # a setting changed after the collator was built is seen (the plan is read on every batch)
+    processor = CLIPImageProcessorPil(**_clip_kwargs(SIZE))
+    processor.do_pad = True
+    assert FastImagePath(processor)(_varied_images(shards)[:2]) is None
+    # the collator then calls the processor: its output, whatever it is
+    shifted = Shifted(**_clip_kwargs(SIZE))
+    samples = shards["photos"][:2]
+    collator = VisionLanguageCollator(tokenizer, shifted, NO_AUGMENT, 7, image_seq_length=IMAGE_SEQ,
+                                      max_text_tokens=512)
+    expected = shifted(images=[decode_image(s.media) for s in samples], return_tensors="np")["pixel_values"]
+    np.testing.assert_array_equal(collator(samples, epoch=0)["pixel_values"].numpy(), expected)
+    # non-RGB images with do_convert_rgb off, and unequal output shapes: the processor's business
+    raw = CLIPImageProcessorPil(**_clip_kwargs(SIZE, do_convert_rgb=False))
+    assert FastImagePath(raw)([Image.new("L", (8, 8))]) is None
+    uncropped = CLIPImageProcessorPil(**_clip_kwargs(SIZE, do_center_crop=False))
+    assert FastImagePath(uncropped)([Image.new("RGB", (8, 8)), Image.new("RGB", (8, 16))]) is None
+
+
+@pytest.mark.parametrize("settings", [AUGMENT, AugmentSettings(hflip_probability=0.5, contrast=0.3)])
+def test_augmented_pixels_are_processor_of_augmented_images(shards, tokenizer, settings):
+    """With augmentation (a crop resized to SIZE x SIZE: no resize / crop left; or flip + jitter only:
+    the full resize path) the collator's pixels are the processor's output for the augmented images."""
+    samples = shards["photos"][:4] + shards["scans"][:2]
+    collator = _vl(tokenizer, settings, seed=3)
+    got = collator(samples, epoch=2)["pixel_values"].numpy()
+    processor = build_image_processor(ImageSettings(size=SIZE))
+    augmented = [augment(decode_image(s.media), settings, sample_rng(3, 2, s.id),
+                         SIZE if settings.random_resized_crop_scale else None) for s in samples]
+    expected = processor(images=augmented, return_tensors="np")["pixel_values"]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_batched_chat_template_equals_single_calls(shards, tokenizer):
+    """rows() renders the batch in one apply_chat_template call: the same ids and labels as one call per
+    conversation (the unbatched call the collator made before)."""
+    samples = shards["photos"][:6] + shards["scans"][:3]
+    collator = _vl(tokenizer)
+    batched = collator.rows(samples)
+    for s, (ids, labels) in zip(samples, batched, strict=True):
+        enc = tokenizer.apply_chat_template(collator.messages(s), tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        want_ids, want_labels = collator._expand(s, np.asarray(enc["input_ids"], dtype=np.int64),
+                                                 np.asarray(enc["assistant_masks"], dtype=bool))
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(labels, want_labels)
+        assert int((labels != IGNORE_INDEX).sum()) > 0
