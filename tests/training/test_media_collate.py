@@ -453,3 +453,24 @@ def test_batched_chat_template_equals_single_calls(shards, tokenizer):
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_array_equal(labels, want_labels)
         assert int((labels != IGNORE_INDEX).sum()) > 0
+
+
+class _CollateInWorker(torch.utils.data.IterableDataset):
+    def __init__(self, collator, samples) -> None:
+        self.collator, self.samples = collator, samples
+
+    def __iter__(self):
+        batch = self.collator(self.samples, epoch=1)
+        yield {**batch, "made_shared": batch["pixel_values"].is_shared()}
+
+
+def test_pixel_values_built_in_shared_memory_in_a_worker(shards, tokenizer):
+    samples = shards["photos"][:3]
+    collator = _vl(tokenizer)
+    here = collator(samples, epoch=1)
+    assert not here["pixel_values"].is_shared()
+    loader = torch.utils.data.DataLoader(_CollateInWorker(collator, samples), batch_size=None, num_workers=1)
+    (there,) = list(loader)
+    assert there["made_shared"] and there["pixel_values"].is_shared()
+    for key in ("pixel_values", "input_ids", "labels", "attention_mask"):
+        assert torch.equal(there[key], here[key])
