@@ -17,8 +17,7 @@ reordered. A shard that goes bad after the build is found lazily and stops the r
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +30,7 @@ from training.data.collate import COLLATES
 from training.data.dataset import MicroBatchDataset
 from training.data.global_order import GlobalOrder
 from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
-from training.data.loader_position import LoaderConfigError, LoaderPosition, LoaderStateError
-from training.data.loader_position import is_int as _is_int
+from training.data.loader_position import LoaderConfigError, LoaderPosition, LoaderStateError, check_common_fields
 from training.data.mixture import Mixture
 from training.data.shard_index import read_flat_index
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
@@ -71,23 +69,7 @@ class LoaderConfig:
     the batch, length-bucketed)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.data_dir, str | os.PathLike):
-            raise LoaderConfigError(f"data_dir: expected a path, got {self.data_dir!r}")
-        if not isinstance(self.split, str) or not self.split:
-            raise LoaderConfigError(f"split: expected a split name, got {self.split!r}")
-        for name, low in (("global_batch_size", 1), ("micro_batch_size", 1), ("seed", 0), ("num_workers", 0)):
-            v = getattr(self, name)
-            if not _is_int(v) or v < low:
-                raise LoaderConfigError(f"{name}: expected an int >= {low}, got {v!r}")
-        if self.samples_per_epoch is not None and (not _is_int(self.samples_per_epoch)
-                                                   or self.samples_per_epoch < 1):
-            raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {self.samples_per_epoch!r}")
-        if self.weights is not None and not isinstance(self.weights, Mapping):
-            raise LoaderConfigError(f"weights: expected None or a mapping source -> weight, got {self.weights!r}")
-        if self.verify not in VERIFY_MODES:
-            raise LoaderConfigError(f"verify: expected one of {list(VERIFY_MODES)}, got {self.verify!r}")
-        if self.on_corrupt not in ON_CORRUPT:
-            raise LoaderConfigError(f"on_corrupt: expected one of {list(ON_CORRUPT)}, got {self.on_corrupt!r}")
+        check_common_fields(self, VERIFY_MODES, ON_CORRUPT)
         if self.collate not in COLLATES:
             raise LoaderConfigError(f"collate: expected one of {list(COLLATES)}, got {self.collate!r}")
 

@@ -10,6 +10,7 @@ depend on them); one taken mid-step only on the same split of the step.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -26,6 +27,27 @@ class LoaderStateError(ValueError):
 
 def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_common_fields(cfg: Any, verify_modes: tuple[str, ...], on_corrupt: tuple[str, ...]) -> None:
+    """The fields every loader config has (data_dir, split, batch sizes, seed, workers, epoch size,
+    weights, verify, on_corrupt), checked the same way: the message names the field."""
+    if not isinstance(cfg.data_dir, str | os.PathLike):
+        raise LoaderConfigError(f"data_dir: expected a path, got {cfg.data_dir!r}")
+    if not isinstance(cfg.split, str) or not cfg.split:
+        raise LoaderConfigError(f"split: expected a split name, got {cfg.split!r}")
+    for name, low in (("global_batch_size", 1), ("micro_batch_size", 1), ("seed", 0), ("num_workers", 0)):
+        v = getattr(cfg, name)
+        if not is_int(v) or v < low:
+            raise LoaderConfigError(f"{name}: expected an int >= {low}, got {v!r}")
+    if cfg.samples_per_epoch is not None and (not is_int(cfg.samples_per_epoch) or cfg.samples_per_epoch < 1):
+        raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {cfg.samples_per_epoch!r}")
+    if cfg.weights is not None and not isinstance(cfg.weights, Mapping):
+        raise LoaderConfigError(f"weights: expected None or a mapping (source or stream) -> weight, got {cfg.weights!r}")
+    if cfg.verify not in verify_modes:
+        raise LoaderConfigError(f"verify: expected one of {list(verify_modes)}, got {cfg.verify!r}")
+    if cfg.on_corrupt not in on_corrupt:
+        raise LoaderConfigError(f"on_corrupt: expected one of {list(on_corrupt)}, got {cfg.on_corrupt!r}")
 
 
 class LoaderPosition:

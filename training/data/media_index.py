@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
+
+from training.data.index_fields import IndexFields
 
 KIND = "media"
 FORMATS = ("webdataset", "parquet")
@@ -86,29 +88,8 @@ class MediaIndex:
         return found
 
 
-def _need(obj: dict[str, Any], key: str, kind: type, where: str) -> Any:
-    if key not in obj:
-        raise MediaIndexError(f"{where}: missing key {key!r}")
-    value = obj[key]
-    # bool is an int subclass: a count written as true/false is still wrong
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise MediaIndexError(f"{where}.{key}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _count(obj: dict[str, Any], key: str, where: str) -> int:
-    value = _need(obj, key, int, where)
-    if value < 0:
-        raise MediaIndexError(f"{where}.{key}: must be >= 0, got {value}")
-    return value
-
-
-def _relative_path(path: str, where: str) -> str:
-    """A shard path must stay inside the format directory: an index cannot point the reader elsewhere."""
-    p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in path:
-        raise MediaIndexError(f"{where}.path: must be relative to the index directory, got {path!r}")
-    return path
+_fields = IndexFields(MediaIndexError)
+_need, _count, _relative_path = _fields.need, _fields.count, _fields.relative_path
 
 
 def _file(shard: dict[str, Any], fmt: str, where: str) -> MediaFileEntry:
@@ -122,9 +103,7 @@ def _file(shard: dict[str, Any], fmt: str, where: str) -> MediaFileEntry:
     if not path.endswith(SUFFIXES[fmt]):
         raise MediaIndexError(f"{w}.path: a {fmt} shard ends in {SUFFIXES[fmt]}, got {path!r}")
     nbytes = _count(entry, "bytes", w)
-    sha = _need(entry, "sha256", str, w)
-    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-        raise MediaIndexError(f"{w}.sha256: expected 64 lowercase hex digits, got {sha!r}")
+    sha = _fields.sha256(entry, w)
     return MediaFileEntry(path, nbytes, sha)
 
 

@@ -27,7 +27,6 @@ training loop can report which share of the loader's work decoding is.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,8 +40,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from training.data.batch_plan import BatchPlan
 from training.data.global_order import GlobalOrder
-from training.data.loader_position import LoaderConfigError, LoaderPosition
-from training.data.loader_position import is_int as _is_int
+from training.data.loader_position import LoaderConfigError, LoaderPosition, check_common_fields
 from training.data.media_index import read_media_index
 from training.data.media_reader import MediaSample, MediaSplitReader
 from training.data.mixture import Mixture, MixtureError, blend
@@ -75,24 +73,7 @@ class MediaLoaderConfig:
     batching: str = "mixed"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.data_dir, str | os.PathLike):
-            raise LoaderConfigError(f"data_dir: expected a path, got {self.data_dir!r}")
-        if not isinstance(self.split, str) or not self.split:
-            raise LoaderConfigError(f"split: expected a split name, got {self.split!r}")
-        for name, low in (("global_batch_size", 1), ("micro_batch_size", 1), ("seed", 0), ("num_workers", 0)):
-            v = getattr(self, name)
-            if not _is_int(v) or v < low:
-                raise LoaderConfigError(f"{name}: expected an int >= {low}, got {v!r}")
-        if self.samples_per_epoch is not None and (not _is_int(self.samples_per_epoch)
-                                                   or self.samples_per_epoch < 1):
-            raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {self.samples_per_epoch!r}")
-        if self.weights is not None and not isinstance(self.weights, Mapping):
-            raise LoaderConfigError(f"weights: expected None or a mapping stream or source -> weight, "
-                                    f"got {self.weights!r}")
-        if self.verify not in VERIFY_MODES:
-            raise LoaderConfigError(f"verify: expected one of {list(VERIFY_MODES)}, got {self.verify!r}")
-        if self.on_corrupt not in ON_CORRUPT:
-            raise LoaderConfigError(f"on_corrupt: expected one of {list(ON_CORRUPT)}, got {self.on_corrupt!r}")
+        check_common_fields(self, VERIFY_MODES, ON_CORRUPT)
         if self.batching not in BATCHING:
             raise LoaderConfigError(f"batching: expected one of {list(BATCHING)}, got {self.batching!r}")
         if self.modalities is not None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from training.data.index_fields import IndexFields
 
 FORMAT = "flat"
 # The major version read. Any `format_minor` of it is read: a minor only adds index keys (1.1 added
@@ -95,28 +97,8 @@ class FlatIndex:
         return found
 
 
-def _need(obj: dict[str, Any], key: str, kind: type, where: str) -> Any:
-    if key not in obj:
-        raise ShardIndexError(f"{where}: missing key {key!r}")
-    value = obj[key]
-    # bool is an int subclass: a count written as true/false is still wrong
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ShardIndexError(f"{where}.{key}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _count(obj: dict[str, Any], key: str, where: str) -> int:
-    value = _need(obj, key, int, where)
-    if value < 0:
-        raise ShardIndexError(f"{where}.{key}: must be >= 0, got {value}")
-    return value
-
-
-def _relative_path(path: str, where: str) -> str:
-    p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise ShardIndexError(f"{where}.path: must be relative to the index directory, got {path!r}")
-    return path
+_fields = IndexFields(ShardIndexError)
+_need, _count, _relative_path = _fields.need, _fields.count, _fields.relative_path
 
 
 def _file(files: dict[str, Any], kind: str, expected_bytes: int | None, where: str) -> FileEntry:
@@ -124,9 +106,7 @@ def _file(files: dict[str, Any], kind: str, expected_bytes: int | None, where: s
     w = f"{where}.{kind}"
     path = _relative_path(_need(entry, "path", str, w), w)
     nbytes = _count(entry, "bytes", w)
-    sha = _need(entry, "sha256", str, w)
-    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-        raise ShardIndexError(f"{w}.sha256: expected 64 lowercase hex digits, got {sha!r}")
+    sha = _fields.sha256(entry, w)
     if expected_bytes is not None and nbytes != expected_bytes:
         raise ShardIndexError(f"{w}.bytes: {nbytes} does not fit the shard ({expected_bytes} expected from "
                               f"its samples and seq_len)")
