@@ -43,7 +43,7 @@ def check_common_fields(cfg: Any, verify_modes: tuple[str, ...], on_corrupt: tup
     if cfg.samples_per_epoch is not None and (not is_int(cfg.samples_per_epoch) or cfg.samples_per_epoch < 1):
         raise LoaderConfigError(f"samples_per_epoch: expected None or an int >= 1, got {cfg.samples_per_epoch!r}")
     if cfg.weights is not None and not isinstance(cfg.weights, Mapping):
-        raise LoaderConfigError(f"weights: expected None or a mapping (source or stream) -> weight, got {cfg.weights!r}")
+        raise LoaderConfigError(f"weights: expected None or a mapping name -> weight, got {cfg.weights!r}")
     if cfg.verify not in verify_modes:
         raise LoaderConfigError(f"verify: expected one of {list(verify_modes)}, got {cfg.verify!r}")
     if cfg.on_corrupt not in on_corrupt:
