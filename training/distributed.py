@@ -87,3 +87,13 @@ def all_gather_object(obj: Any, env: DistEnv) -> list[Any]:
 def barrier(env: DistEnv) -> None:
     if env.grouped and env.world_size > 1:
         dist.barrier()
+
+
+def all_gather_tensor(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """Every rank's `tensor` (same shape and dtype on every rank, on this rank's device) stacked in
+    rank order: [world_size, *shape]. One collective (gloo and NCCL); a plain copy for one process."""
+    if not (env.grouped and env.world_size > 1):
+        return tensor.unsqueeze(0).clone()
+    out = [torch.empty_like(tensor) for _ in range(env.world_size)]
+    dist.all_gather(out, tensor.contiguous())
+    return torch.stack(out)
