@@ -110,12 +110,28 @@ class ValidationSettings(_Strict):
     samples of the split's epoch 0, so eval losses of different steps (and runs) are comparable."""
 
 
+class LoraSettings(_Strict):
+    """LoRA adapters through `peft` (training/pretrained.py): only the adapters train, the base stays frozen."""
+
+    r: Annotated[int, Field(gt=0)] = 8
+    """Rank of each adapter's A (r x in) and B (out x r) matrices."""
+    alpha: Annotated[float, Field(gt=0.0)] = 16.0
+    """The adapter's output is scaled by alpha / r."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Dropout on the adapter's input (seeded like the model's dropout)."""
+    target_modules: list[Annotated[str, Field(min_length=1)]] | Literal["all-linear"] = "all-linear"
+    """Module names (suffixes, e.g. [q_proj, v_proj]) that get adapters; all-linear: every linear layer but
+    the output head."""
+    bias: Literal["none"] = "none"
+    """Biases stay frozen (peft's bias="none")."""
+
+
 class ModelSettings(_Strict):
     model_type: str | None = None
     """A transformers model type (`llama`, `gpt2`, ...): the config is `AutoConfig.for_model(model_type,
     **overrides)` and the weights are freshly initialised; nothing is downloaded."""
     model_path: str | None = None
-    """Or a local directory holding a saved `config.json` (its weights, if any, are not loaded)."""
+    """Or a local directory holding a saved `config.json` (its weights are loaded only with `init: pretrained`)."""
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] = "sdpa"
     """How attention keeps packed documents apart: sdpa/eager get a 4-D block-diagonal causal mask,
     flash attention gets varlen cu_seqlens (training/packed_attention.py)."""
@@ -124,16 +140,29 @@ class ModelSettings(_Strict):
     intermediate_size. vocab_size, max_position_embeddings and the pad/eos/bos ids default to the
     shard index's."""
 
+    init: Literal["random", "pretrained"] = "random"
+    """random: fresh weights from the config (under the run's `seed`); pretrained: the weights saved in
+    `model_path` (a save_pretrained directory: safetensors or .bin, sharded or not; local only, never a
+    download). A pretrained model takes only `overrides` that change no weight's shape (dropout fields)."""
+    lora: LoraSettings | None = None
+    """Train LoRA adapters (peft) instead of every weight; None: full training."""
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelSettings:
+        if self.init == "pretrained" and self.model_path is None:
+            raise ValueError("model.init is pretrained but model.model_path is not set: give the local "
+                             "save_pretrained directory to start from (model_type alone has no weights)")
         if (self.model_type is None) == (self.model_path is None):
             raise ValueError("set exactly one of model_type and model_path")
         return self
 
 
 class OptimizerSettings(_Strict):
-    """AdamW."""
+    """The optimizer (training/optimizers.py) and its hyperparameters."""
 
+    name: Literal["adamw", "adafactor", "adamw_8bit", "paged_adamw_8bit"] = "adamw"
+    """adamw (fused on CUDA); adafactor (transformers', explicit lr driven by the schedule, no first moment;
+    betas and eps do not apply); adamw_8bit / paged_adamw_8bit (bitsandbytes, CUDA only: the `gpu` extra)."""
     lr: Annotated[float, Field(gt=0.0)] = 3e-4
     """Peak learning rate, reached at the end of the warm-up."""
     betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.95)

@@ -43,11 +43,14 @@ from training.distributed import DistEnv, all_gather_object, all_reduce_sum, bar
 from training.distributed import shutdown as shutdown_distributed
 from training.media_training import MediaInputs, media_inputs, media_loader_config
 from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
-from training.model import ShardSetInfo, build_model, parameter_groups
+from training.model import ShardSetInfo, parameter_groups
 from training.model_families import CAUSAL_LM, DEVICE_KEYS, build_media_model, model_family
 from training.model_families import loss_sum as family_loss_sum
+from training.optimizers import build_optimizer, check_optimizer_device, group_hyperparameters
 from training.precision import resolve_precision
+from training.pretrained import build_causal_lm, check_media_settings, parameter_counts, save_adapter
 from training.schedule import WarmupCosine, build_scheduler
+from training.seq_stats import step_seq_stats
 
 log = logging.getLogger("training")
 
@@ -197,6 +200,7 @@ class Trainer:
         self.env = env
         self.device = env.device
         self.precision = resolve_precision(cfg.precision, env.device)
+        check_optimizer_device(cfg.optimizer, env.device)  # e.g. an 8-bit optimizer on CPU: stop before any work
 
         self.family = model_family(cfg.model)
         self.media = media_inputs(cfg, self.family) if self.family != CAUSAL_LM else None
@@ -205,19 +209,17 @@ class Trainer:
         # The same init on every rank (DDP would broadcast rank 0's weights anyway).
         if self.media is None:
             assert isinstance(self.loader, PackedLoader)
-            self.model = build_model(
+            self.model = build_causal_lm(  # fresh or pretrained weights, LoRA-wrapped if model.lora
                 cfg.model, ShardSetInfo.from_index(self.loader.index), seed=cfg.seed,
                 gradient_checkpointing=cfg.gradient_checkpointing,
             ).to(self.device)
         else:
+            check_media_settings(cfg.model)
             self.model = build_media_model(cfg.model, self.media.model_config, seed=cfg.seed,
                                            gradient_checkpointing=cfg.gradient_checkpointing).to(self.device)
         self.model.train()
         opt = cfg.optimizer
-        self.optimizer = torch.optim.AdamW(
-            parameter_groups(self.model, opt.weight_decay), lr=opt.lr, betas=opt.betas, eps=opt.eps,
-            fused=self.device.type == "cuda",  # one kernel for all parameters instead of a loop of small ones
-        )
+        self.optimizer = build_optimizer(opt, parameter_groups(self.model, opt.weight_decay), self.device)
         self.schedule = WarmupCosine(
             cfg.schedule.warmup_steps, cfg.schedule.decay_steps or cfg.max_steps, cfg.schedule.min_lr_ratio
         )
@@ -258,13 +260,13 @@ class Trainer:
             if cfg.log_sample_ids else None
         )
         if env.is_main:
-            n_params = sum(p.numel() for p in self.model.parameters())
+            n_params, n_trainable = parameter_counts(self.model)
             log.info(
-                "%s: %.2fM parameters, %d rank(s) on %s, precision %s, %d micro-batch(es) of %d per rank per step, "
-                "%d steps per epoch, %s",
+                "%s: %s parameters, %s trainable, %d rank(s) on %s, precision %s, %d micro-batch(es) of %d per rank "
+                "per step, %d steps per epoch, %s",
                 type(self.model).__name__,
-                n_params / 1e6, env.world_size, self.device, self.precision.name, self.accumulation,
-                cfg.data.micro_batch_size, self.loader.steps_per_epoch,
+                f"{n_params:,}", f"{n_trainable:,}", env.world_size, self.device, self.precision.name,
+                self.accumulation, cfg.data.micro_batch_size, self.loader.steps_per_epoch,
                 f"resumed at step {self.step}" if self.resumed_from is not None else "fresh start",
             )
 
@@ -304,6 +306,11 @@ class Trainer:
         cfg, env = self.cfg, self.env
         self.model.load_state_dict(ckpt.load("model"))
         optim = ckpt.load("optim")
+        saved_name = ckpt.meta.get("config", {}).get("optimizer", {}).get("name", "adamw")
+        if saved_name != cfg.optimizer.name:  # another optimizer's state would load, then fail (or worse) later
+            raise CheckpointError(f"checkpoint {ckpt.path} holds {saved_name!r} optimizer state and this run's "
+                                  f"optimizer.name is {cfg.optimizer.name!r}: use a new checkpoint.dir, or the "
+                                  "same optimizer")
         self.optimizer.load_state_dict(optim["optimizer"])
         self.scaler.load_state_dict(optim["scaler"])
         # The step counter comes from the checkpoint; the lr schedule and AdamW hyperparameters from
@@ -335,7 +342,8 @@ class Trainer:
         opt = self.cfg.optimizer
         factor = self.schedule(step)
         for group, decay in zip(self.optimizer.param_groups, (opt.weight_decay, 0.0), strict=True):
-            group.update(lr=opt.lr * factor, initial_lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=decay)
+            # betas/eps only where the optimizer has them (Adafactor has no betas, and its eps is a pair)
+            group.update(lr=opt.lr * factor, initial_lr=opt.lr, weight_decay=decay, **group_hyperparameters(opt))
         self.scheduler.base_lrs = [opt.lr] * len(self.optimizer.param_groups)
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
@@ -468,6 +476,8 @@ class Trainer:
                 },
                 keep_last=self.cfg.checkpoint.keep_last,
             )
+            # LoRA: the newest adapters alone too (peft save_pretrained), replaced at every checkpoint
+            save_adapter(self.model, Path(self.cfg.checkpoint.dir) / "adapter")
         barrier(self.env)
 
     # ---------------------------------------------------------------- the loop
@@ -513,14 +523,17 @@ class Trainer:
                                               for b in batches]
                 self.sample_log.write(record)
             last = self.step == cfg.max_steps
-            if self.metrics is not None and (self.step % cfg.log_interval == 0 or last or stop_now or self.step == 1):
+            logged = self.step % cfg.log_interval == 0 or last or stop_now or self.step == 1
+            # every rank (a collective: one small all_gather per logged step); None for media batches
+            seq_stats = step_seq_stats(batches, self.env, self.device) if logged else None
+            if self.metrics is not None and logged:
                 self.metrics.log({
                     "kind": "train", "step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                     "tokens_per_s": interval["tokens"] / max(interval["time"], 1e-9),
                     "samples_per_s": interval["steps"] * step_samples / max(interval["time"], 1e-9),
                     "data_wait_fraction": interval["wait"] / max(interval["time"], 1e-9),
                     "step_time_s": interval["time"] / interval["steps"],
-                    "tokens_seen": self.tokens_seen, "epoch": epoch,
+                    "tokens_seen": self.tokens_seen, "epoch": epoch, **(seq_stats or {}),
                     **({"decode_fraction": run_decode / max(run_read + run_decode, 1e-9),
                         "modalities_seen": dict(self.modalities_seen)} if self.media is not None else {}),
                 })
