@@ -20,18 +20,12 @@ import gc
 import hashlib
 import logging
 import os
-import random
-import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -49,6 +43,7 @@ from training.model_families import loss_sum as family_loss_sum
 from training.optimizers import build_optimizer, check_optimizer_device, group_hyperparameters
 from training.precision import resolve_precision
 from training.pretrained import build_causal_lm, check_media_settings, parameter_counts, save_adapter
+from training.run_state import StopRequest, TrainResult, rng_state, seed_everything, set_rng_state, steady_wait
 from training.schedule import WarmupCosine, build_scheduler
 from training.seq_stats import step_seq_stats
 
@@ -59,80 +54,6 @@ MODALITIES = ("image", "pdf", "audio")  # counted per step for media runs (the a
 
 class DatasetVersionMismatch(CheckpointError):
     """The newest checkpoint was trained on another dataset version."""
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    step: int
-    """The last completed optimizer step."""
-    max_steps: int
-    stopped_by_signal: bool
-    """SIGTERM/SIGINT ended the run early (after saving); resuming continues it."""
-    loss: float | None
-    """The last step's training loss (None when this process trained no step)."""
-    eval_loss: float | None
-    tokens_seen: int
-    """Non-padding tokens trained on over the whole run, resumed segments included."""
-    tokens_per_s: float
-    """Non-padding tokens per second over the steps this process ran (all ranks together)."""
-    data_wait_fraction: float
-    """Share of this process's step time spent blocked on the loader (rank 0's), its first step left out
-    when it ran more than one (first_step_wait_s: that one-time wait)."""
-    resumed_from: int | None
-    checkpoint: str | None
-    """The newest checkpoint after the run."""
-    metrics_path: str
-    first_step_wait_s: float = 0.0
-    """This process's wait for its first step's data: DataLoader workers starting, first shard opens."""
-    samples_per_s: float = 0.0
-    """Samples (documents, images, clips) per second over the steps this process ran (all ranks)."""
-    decode_fraction: float | None = None
-    """Media runs: the share of rank 0's loader work (shard reads + decoding + processors) spent decoding
-    and processing media, over this process's steps; None for token shards (nothing to decode)."""
-    modalities_seen: dict[str, int] | None = None
-    """Media runs: samples trained on per modality over the whole run, resumed segments included."""
-
-
-def _steady_wait(wait: float, time_: float, first_wait: float | None, first_time: float) -> float:
-    """Wait / step time without the first step, a one-time cost (starting 2 DataLoader workers took
-    ~1.5 s on 2 cores, half the time of a 30-step sample run) that says nothing about whether the
-    loader keeps up; with a single step there is nothing else to measure."""
-    if first_wait is None or time_ <= 0:
-        return 0.0
-    if time_ - first_time <= 0:
-        return wait / time_
-    return (wait - first_wait) / (time_ - first_time)
-
-
-class StopRequest:
-    """SIGTERM/SIGINT set a flag that the loop reads after each step; a second SIGINT interrupts."""
-
-    def __init__(self) -> None:
-        self.requested: str | None = None
-        self._previous: dict[int, Any] = {}
-        self._pid = os.getpid()
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != self._pid:
-            # A forked DataLoader worker inherited this handler: Ctrl-C reaches the whole process group,
-            # and the worker must keep serving batches until the main process has finished its step.
-            return
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-        log.warning("%s received: finishing the current step, then saving a checkpoint", self.requested)
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            log.warning("not on the main thread: SIGTERM/SIGINT will not trigger a checkpoint")
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
 
 def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
@@ -164,32 +85,6 @@ def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str,
         return MediaLoader(media_loader_config(loader_cfg, media), collate, rank=env.rank, world_size=env.world_size)
     except ValueError as err:  # LoaderConfigError, ShardIndexError, MediaIndexError, MixtureError
         raise RunConfigError(f"{section} (split {loader_cfg.split!r} of {loader_cfg.data_dir}): {err}") from err
-
-
-def _rng_state() -> dict[str, Any]:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        # as plain ints: torch.load(weights_only=True) refuses numpy arrays
-        "numpy": (name, keys.tolist(), pos, has_gauss, cached),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class Trainer:
@@ -288,7 +183,7 @@ class Trainer:
         path = broadcast_object(path, env)  # every rank resumes the same checkpoint, whatever appears meanwhile
         if path is None:
             # Per-rank streams for dropout; python/numpy for anything else random in the loop.
-            _seed_everything(cfg.seed * 1000 + env.rank)
+            seed_everything(cfg.seed * 1000 + env.rank)
             return None
         ckpt = read_checkpoint(path)
         same_data = ckpt.meta.get("dataset_version") == cfg.dataset_version
@@ -324,11 +219,11 @@ class Trainer:
 
         rng = ckpt.load("rng")
         if rng["world_size"] == env.world_size:
-            _set_rng_state(rng["ranks"][env.rank])
+            set_rng_state(rng["ranks"][env.rank])
         else:
             # Elastic resume: per-rank streams cannot map onto another world size; reseed
             # deterministically from the step instead. The data order is unaffected (the loader's seek).
-            _seed_everything((cfg.seed * 1000 + env.rank) * 1_000_003 + ckpt.step)
+            seed_everything((cfg.seed * 1000 + env.rank) * 1_000_003 + ckpt.step)
         if same_data:
             self.loader.load_state_dict(ckpt.meta["loader"])
         self.step = ckpt.step
@@ -451,7 +346,7 @@ class Trainer:
 
     def save(self) -> None:
         """Every rank contributes its RNG state; rank 0 writes; all wait until the checkpoint exists."""
-        rng = all_gather_object(_rng_state(), self.env)
+        rng = all_gather_object(rng_state(), self.env)
         if self.env.is_main:
             save_checkpoint(
                 self.cfg.checkpoint.dir,
@@ -558,7 +453,7 @@ class Trainer:
             step=self.step, max_steps=cfg.max_steps, stopped_by_signal=stopped, loss=self.last_loss,
             eval_loss=self.last_eval_loss, tokens_seen=self.tokens_seen,
             tokens_per_s=run_tokens / run_time if run_time else 0.0,
-            data_wait_fraction=_steady_wait(run_wait, run_time, first_step_wait, first_step_time),
+            data_wait_fraction=steady_wait(run_wait, run_time, first_step_wait, first_step_time),
             first_step_wait_s=first_step_wait or 0.0, resumed_from=self.resumed_from,
             samples_per_s=(self.step - (self.resumed_from or 0)) * step_samples / run_time if run_time else 0.0,
             decode_fraction=(run_decode / max(run_read + run_decode, 1e-9)) if self.media is not None else None,
