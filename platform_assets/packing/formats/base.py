@@ -149,6 +149,9 @@ class ShardFormat:
     """index.json's `format_minor`: counts additions within `version` (keys a new reader may rely on,
     files unchanged); every reader of the major version accepts any minor, ignoring what it does not
     know. An index without `format_minor` is minor 0."""
+    default: bool = True
+    """Written when the config names no formats. False for a format whose rebuilds are not
+    byte-identical (`lance`): a default output must keep its pinned DVC hash (SHARD_FORMAT.md)."""
 
 
 def column(name: str, dtype: str, shape: str, meaning: str, encoding: str) -> dict[str, str]:
