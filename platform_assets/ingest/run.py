@@ -19,6 +19,7 @@ from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
 from platform_assets.ingest.records import QuarantineSink, RecordBlock
 from platform_assets.ingest.settings import IngestSettings, SourcePlan
+from platform_assets.ingest.subset import ingest_subset, supports_subset
 from platform_assets.ingest.writer import DocumentWriter, WriteStats
 from platform_assets.parquet_parts import TableSink
 from platform_assets.progress import Tracker, track
@@ -51,6 +52,7 @@ class IngestResult(StageResult):
     media_bytes: int = 0  # prepared media bytes stored inline
     ocr_pages: int = 0  # PDF pages whose text came from Tesseract
     pdf_text_pages: int = 0  # PDF pages with text (text layer or OCR)
+    subset: dict[str, Any] | None = None  # a `subset:` run's figures (rows seen, rejected by the predicate, stop)
 
     @property
     def media_decode_failures(self) -> int:
@@ -73,6 +75,8 @@ class IngestResult(StageResult):
             out.update({f"documents_{k}": v for k, v in sorted(self.modalities.items())})
             out.update(media_bytes=self.media_bytes, pdf_pages_ocr=self.ocr_pages,
                        pdf_pages_with_text=self.pdf_text_pages, media_decode_failures=self.media_decode_failures)
+        if self.subset is not None:
+            out.update(self.subset)
         return out
 
     @property
@@ -130,6 +134,8 @@ def ingest_source(
     source was read: a crash leaves the previous output.
     """
     cfg.check_source_paths([name])
+    if supports_subset(cfg.source(name)):
+        return _ingest_subset(cfg, name, storage, out_rel, s3)
     units = source_units(cfg, name, s3)
     groups = input_groups(units, cfg.ingest)
     with TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
@@ -168,4 +174,24 @@ def ingest_source(
         media_bytes=stats.media_bytes,
         ocr_pages=stats.ocr_pages,
         pdf_text_pages=stats.pdf_text_pages,
+    )
+
+
+def _ingest_subset(cfg: SourcePlan, name: str, storage: Storage, out_rel: str, s3: S3Settings | None) -> IngestResult:
+    """A source with `subset:`: one resumable stream (ingest/subset.py) instead of parallel groups."""
+    run = ingest_subset(cfg, name, storage, out_rel, s3)
+    files = storage.read_json(f"{out_rel}/_manifest.json")["files"]
+    return IngestResult(
+        rel=out_rel,
+        files=files,
+        rows=run.counts.rows_kept,
+        schema=DOCUMENTS_SCHEMA,
+        exclusions=QUARANTINE_FILE,
+        source=name,
+        text_bytes=run.counts.bytes_kept,
+        input_files=run.input_files,
+        input_groups=1,
+        quarantine_counts=dict(sorted(run.quarantine.counts.items())),
+        modalities={"text": run.counts.rows_kept} if run.counts.rows_kept else {},
+        subset=run.metadata(),
     )

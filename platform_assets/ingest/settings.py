@@ -10,14 +10,84 @@ from __future__ import annotations
 import codecs
 import os
 from datetime import datetime
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
 from platform_assets.ingest.chat import ChatFields
 from platform_assets.media.settings import MediaSettings
 from platform_assets.storage import S3Settings
+
+
+class SubsetSettings(StrictModel):
+    """`subset:` on a JSONL, Parquet or Hugging Face source: take part of a streamed source without
+    reading more than the budget needs or storing what the predicate rejects (ingest/subset.py).
+
+    Order: rows are read (projected to `columns`), filtered by `where`, turned into documents (bad
+    kept rows are quarantined as usual), shuffled through the buffer, then cut at the budget."""
+
+    where: str | None = None
+    """A DuckDB SQL boolean expression over the source's raw fields, evaluated on each Arrow batch:
+    `language = 'Python' AND license IN ('mit', 'apache-2.0')`. NULL counts as false. Rejected rows
+    are counted (`rows_rejected_by_predicate`), never stored."""
+    columns: list[str] | None = None
+    """Projection: the only fields read, seen by `where` and kept in `meta`; must hold the text
+    field (or the chat fields) and the meta fields."""
+    shuffle_buffer: Annotated[int, Field(gt=0)] | None = None
+    """A seeded buffer shuffle as `datasets.IterableDataset.shuffle(buffer_size, seed)` does it:
+    memory grows by this many documents; its contents are checkpointed with the stream position."""
+    seed: int = 0
+    max_rows: Annotated[int, Field(gt=0)] | None = None
+    max_bytes: Annotated[int, Field(gt=0)] | None = None
+    """UTF-8 bytes of kept text."""
+    max_tokens: Annotated[int, Field(gt=0)] | None = None
+    """Tokens of kept text under `tokenizer` (no special tokens added)."""
+    tokenizer: str | None = None
+    """A local `tokenizer.json` (relative to the config file) for `max_tokens`."""
+    checkpoint_rows: Annotated[int, Field(gt=0)] = 100_000
+    """Kept documents per checkpoint: each closes its own parts and records the stream position, so
+    an interrupted run redoes at most this many documents (100,000 documents of ~4 KB: ~0.4 GB)."""
+
+    @field_validator("where")
+    @classmethod
+    def _parses(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        import duckdb
+
+        try:  # syntax only: the columns are known from the first batch read (ingest/subset.py)
+            statements = duckdb.extract_statements(f"SELECT * FROM subset_rows WHERE ({value})")
+        except duckdb.Error as err:
+            raise ValueError(f"not a SQL expression: {err}") from None
+        if len(statements) != 1:
+            raise ValueError("one SQL expression, not several statements")
+        return value
+
+    @model_validator(mode="after")
+    def _tokenizer_for_tokens(self) -> SubsetSettings:
+        if self.max_tokens is not None and self.tokenizer is None:
+            raise ValueError("max_tokens needs `tokenizer` (a local tokenizer.json)")
+        return self
+
+
+def _check_subset_columns(src: Any) -> None:
+    """The projection must keep what becomes the document: the text (or chat) fields and meta fields."""
+    subset = src.subset
+    if subset is None or subset.columns is None:
+        return
+    needed = []
+    chat = getattr(src, "chat", None)
+    if chat is None:
+        needed.append(("text_field", src.text_field))
+    else:
+        needed += [(f"chat.{k}", v) for k, v in chat.model_dump().items() if isinstance(v, str)]
+    needed += [("meta_fields", m) for m in src.meta_fields or []]
+    if getattr(src, "media_field", None):
+        needed.append(("media_field", src.media_field))
+    missing = [f"{key} {name!r}" for key, name in needed if name not in subset.columns]
+    if missing:
+        raise ValueError(f"subset.columns: {subset.columns} leaves out {', '.join(missing)}")
 
 
 class _SourceBase(StrictModel):
@@ -56,6 +126,13 @@ class JsonlSource(_FileSource):
     chat: ChatFields | None = None
     """Instruction / chat data: where the conversation is (`text_field` is then unused)."""
     """Fields kept in `meta`; None keeps every field except the text."""
+    subset: SubsetSettings | None = None
+    """Stream a subset: predicate, projection, shuffle, budget (ingest/subset.py)."""
+
+    @model_validator(mode="after")
+    def _subset_columns(self):
+        _check_subset_columns(self)
+        return self
 
 
 class CsvSource(_FileSource):
@@ -69,6 +146,13 @@ class ParquetSource(_FileSource):
     format: Literal["parquet"]
     text_field: str = "text"
     meta_fields: list[str] | None = None
+    subset: SubsetSettings | None = None
+    """Stream a subset: predicate, projection, shuffle, budget (ingest/subset.py)."""
+
+    @model_validator(mode="after")
+    def _subset_columns(self):
+        _check_subset_columns(self)
+        return self
 
 
 class TextSource(_FileSource):
@@ -116,6 +200,19 @@ class HuggingFaceSource(_SourceBase):
     streaming: bool = True
     """Hub ids and local data directories load through `load_dataset(..., streaming=True)`; a
     directory written by `save_to_disk` loads through `load_from_disk`."""
+
+    data_files: str | list[str] | dict[str, str | list[str]] | None = None
+    """Passed to `load_dataset` (which files of the dataset, per split)."""
+    builder_kwargs: dict[str, Any] = {}
+    """Other `load_dataset` keyword arguments of the builder (e.g. `{lang: python}` for a script's
+    config parameters)."""
+    subset: SubsetSettings | None = None
+    """Stream a subset: predicate, projection, shuffle, budget (ingest/subset.py)."""
+
+    @model_validator(mode="after")
+    def _subset_columns(self):
+        _check_subset_columns(self)
+        return self
 
     def is_remote(self) -> bool:
         return not _looks_like_local_path(self.path)

@@ -34,14 +34,16 @@ def _is_saved_dataset(location: str) -> bool:
     )
 
 
-def load_hf_dataset(src: HuggingFaceSource, location: str):
+def load_hf_dataset(src: HuggingFaceSource, location: str, streaming: bool = False):
+    """streaming: stream even where the source says not to (a subset always streams)."""
     import datasets
 
     try:
         if _is_saved_dataset(location):
             ds = datasets.load_from_disk(location)
             return ds[src.split] if isinstance(ds, datasets.DatasetDict) else ds
-        return datasets.load_dataset(location, src.config_name, split=src.split, streaming=src.streaming)
+        return datasets.load_dataset(location, src.config_name, split=src.split, streaming=streaming or src.streaming,
+                                     data_files=src.data_files, **src.builder_kwargs)
     except Exception as err:  # datasets raises many types (FileNotFoundError, ConnectionError, ValueError)
         offline = " (HF_HUB_OFFLINE is set: hub ids cannot be fetched)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise DatasetLoadError(f"source {src.name!r}: cannot load dataset {location!r}{offline}: {err}") from err
