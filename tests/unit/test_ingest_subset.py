@@ -139,9 +139,8 @@ def test_hf_local_directory_streaming_with_data_files(tmp_path):
 
 
 def test_token_budget_counts_with_the_tokenizer(tmp_path, gpt2):
-    from tokenizers import Tokenizer
-
     from gpt2_tokenizer import GPT2_JSON
+    from tokenizers import Tokenizer
 
     src = _jsonl_source(tmp_path, files=1, rows=2000)
     result = _run(_config(tmp_path, {"name": "web", "format": "jsonl", "path": str(src), "subset": {
