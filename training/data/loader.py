@@ -32,7 +32,7 @@ from training.data.global_order import GlobalOrder
 from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
 from training.data.loader_position import LoaderConfigError, LoaderPosition, LoaderStateError, check_common_fields
 from training.data.mixture import Mixture
-from training.data.shard_index import read_flat_index
+from training.data.shard_index import read_shard_index
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
 
 # re-exported: callers and tests import them from here
@@ -42,7 +42,8 @@ __all__ = ["LoaderConfig", "LoaderConfigError", "LoaderStateError", "PackedLoade
 @dataclass(frozen=True)
 class LoaderConfig:
     data_dir: str
-    """A `flat` format directory holding index.json (platform_assets/packing/SHARD_FORMAT.md)."""
+    """A `flat` (memmap, the fastest) or `lance` format directory holding index.json
+    (platform_assets/packing/SHARD_FORMAT.md); the same shard set gives the same batches in either."""
     split: str = "train"
     global_batch_size: int = 8
     """Samples per optimizer step over all ranks = micro_batch_size * accumulation_steps * world_size."""
@@ -86,8 +87,11 @@ class PackedLoader(LoaderPosition):
 
     def __init__(self, cfg: LoaderConfig, rank: int = 0, world_size: int = 1) -> None:
         self.cfg = cfg
-        self.index = read_flat_index(cfg.data_dir)
-        self.reader = SplitReader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
+        self.index = read_shard_index(cfg.data_dir)
+        reader = SplitReader
+        if self.index.format == "lance":  # the order is the same for every format: only the reader differs
+            from training.data.lance_reader import LanceSplitReader as reader
+        self.reader = reader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
         self.mixture = Mixture.from_weights(self.reader.sources, self.reader.sizes.tolist(), cfg.weights, cfg.split)
         drawn = sum(int(n) for n, p in zip(self.reader.sizes, self.mixture.numerators, strict=True) if p)
         self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
@@ -131,8 +135,11 @@ class PackedLoader(LoaderPosition):
                                     group)
         messages = None
         if workers:
+            # Lance's runtime threads are not fork-safe (pylance warns, and a worker forked while one holds a
+            # lock can hang): lance workers start from a forkserver, flat ones fork as before
+            ctx = "forkserver" if self.index.format == "lance" else None
             messages = iter(DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
-                                       pin_memory=pin))
+                                       pin_memory=pin, multiprocessing_context=ctx))
             it = (batch for message in messages for batch in unpack(message))
         else:
             # in process the DataLoader would only add its bookkeeping (~30 us a batch, a fifth of the

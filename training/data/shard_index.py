@@ -18,6 +18,9 @@ import numpy as np
 from training.data.index_fields import IndexFields
 
 FORMAT = "flat"
+READ_FORMATS = ("flat", "lance")
+"""Formats the loader reads (`read_shard_index`): `flat` through np.memmap (the default and fastest),
+`lance` through Lance's `take` (training/data/lance_reader.py). The global order does not depend on it."""
 # The major version read. Any `format_minor` of it is read: a minor only adds index keys (1.1 added
 # `layout`, the declaration of the files' columns and encodings) and keys this loader does not know
 # are ignored. A format_version other than this one is refused.
@@ -80,6 +83,8 @@ class FlatIndex:
     sets: tuple[ShardSet, ...]
     sha256: str
     """Of index.json's bytes: identifies the data a loader state belongs to (rebuilds are byte-identical)."""
+    format: str = FORMAT
+    """The index's `format`: which reader the loader uses (`flat`, or `lance` via read_shard_index)."""
 
     @property
     def index_path(self) -> Path:
@@ -138,12 +143,23 @@ def _shard(doc: dict[str, Any], seq_len: int, itemsize: int, has_mask: bool, whe
 
 def read_flat_index(data_dir: str | Path) -> FlatIndex:
     """Parse `<data_dir>/index.json` of a `flat` format directory and check it against the spec."""
+    return _read_index(data_dir, (FORMAT,))
+
+
+def read_shard_index(data_dir: str | Path) -> FlatIndex:
+    """Parse the index.json of a format directory the loader reads (READ_FORMATS), checked as
+    read_flat_index checks a flat one; a `lance` index's shards are `lance_reader.LanceShard`s."""
+    return _read_index(data_dir, READ_FORMATS)
+
+
+def _read_index(data_dir: str | Path, formats: tuple[str, ...]) -> FlatIndex:
     root = Path(data_dir)
     path = root / INDEX_NAME
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ShardIndexError(f"{path}: not found (data_dir must be a `flat` format directory holding "
+        kinds = "` or `".join(formats)
+        raise ShardIndexError(f"{path}: not found (data_dir must be a `{kinds}` format directory holding "
                               f"{INDEX_NAME})") from None
     try:
         doc = json.loads(raw)
@@ -152,9 +168,14 @@ def read_flat_index(data_dir: str | Path) -> FlatIndex:
     where = str(path)
     if not isinstance(doc, dict):
         raise ShardIndexError(f"{where}: expected a JSON object")
-    if doc.get("format") != FORMAT:
-        raise ShardIndexError(f"{where}.format: expected {FORMAT!r}, got {doc.get('format')!r} "
-                              f"(the loader reads the flat format dir)")
+    fmt = doc.get("format")
+    if fmt not in formats:
+        expected = " or ".join(map(repr, formats))
+        raise ShardIndexError(f"{where}.format: expected {expected}, got {fmt!r} "
+                              f"(the loader reads the {'/'.join(formats)} format dir)")
+    parse_shard = _shard
+    if fmt == "lance":
+        from training.data.lance_reader import lance_shard as parse_shard  # imports no lance until read
     version = doc.get("format_version")
     if isinstance(version, bool) or version != FORMAT_VERSION:  # true == 1 in Python, not in an index
         raise ShardIndexError(f"{where}.format_version: this loader reads version {FORMAT_VERSION}, "
@@ -190,7 +211,7 @@ def read_flat_index(data_dir: str | Path) -> FlatIndex:
         for j, sh in enumerate(_need(s, "shards", list, w)):
             if not isinstance(sh, dict):
                 raise ShardIndexError(f"{w}.shards[{j}]: expected an object")
-            shards.append(_shard(sh, seq_len, itemsize, has_mask, f"{w}.shards[{j}]"))
+            shards.append(parse_shard(sh, seq_len, itemsize, has_mask, f"{w}.shards[{j}]"))
         samples = _count(s, "samples", w)
         if samples != sum(sh.samples for sh in shards):
             raise ShardIndexError(f"{w}.samples: {samples} is not the sum of its shards' samples "
@@ -200,4 +221,5 @@ def read_flat_index(data_dir: str | Path) -> FlatIndex:
     if keys != sorted(keys) or len(set(keys)) != len(keys):
         raise ShardIndexError(f"{where}.sets: must be sorted by (split, source) without repeats, got {keys}")
     return FlatIndex(root=root, seq_len=seq_len, token_dtype=token_dtype, vocab_size=vocab_size, pad_id=pad_id,
-                     eos_id=eos_id, has_loss_mask=has_mask, sets=tuple(sets), sha256=hashlib.sha256(raw).hexdigest())
+                     eos_id=eos_id, has_loss_mask=has_mask, sets=tuple(sets), sha256=hashlib.sha256(raw).hexdigest(),
+                     format=fmt)
