@@ -101,7 +101,8 @@ def test_a_corrupt_lance_data_file_is_caught_or_skipped(tmp_path):
     _write(tmp_path)
     index = json.loads((tmp_path / "lance" / "index.json").read_text())
     shard = next(s for e in index["sets"] if e["split"] == "train" and e["source"] == "web" for s in e["shards"])
-    for path in (tmp_path / "lance" / shard["files"]["data"]["path"], tmp_path / "flat" / f"{shard['name']}.tokens.bin"):
+    lance_data, flat_tokens = shard["files"]["data"]["path"], f"{shard['name']}.tokens.bin"
+    for path in (tmp_path / "lance" / lance_data, tmp_path / "flat" / flat_tokens):
         data = bytearray(path.read_bytes())
         data[len(data) // 3] ^= 0xFF  # same size: only the sha256 tells
         path.write_bytes(bytes(data))
