@@ -11,7 +11,7 @@ from platform_assets.packing.formats import FORMATS, format_names
 from platform_assets.packing.pieces import Overlong
 from platform_assets.packing.strategies import Strategy
 
-SHARD_FORMATS: tuple[str, ...] = FORMATS  # the shipped formats (packing/formats/__init__.py): the default
+SHARD_FORMATS: tuple[str, ...] = FORMATS  # the default formats (packing/formats/__init__.py; lance is opt-in)
 
 
 class PackingSettings(StrictModel):
@@ -38,8 +38,10 @@ class PackingSettings(StrictModel):
     Memory at 1000 open: 0.6 MB of Python objects (tracemalloc, after the whole corpus)."""
     formats: tuple[str, ...] = SHARD_FORMATS
     """Shard formats to write, any non-empty subset of the registered formats (flat, parquet,
-    webdataset); kept in registry order (whatever order the config lists them in), so equal sets
-    give byte-identical indexes."""
+    webdataset, lance); kept in registry order (whatever order the config lists them in), so equal sets
+    give byte-identical indexes. Default: flat, parquet, webdataset; `lance` is opt-in because its
+    datasets hold the same rows but not the same bytes on every build (UUID file names, commit times:
+    SHARD_FORMAT.md), which would change the set's DVC md5 on every run."""
     samples_per_shard: Annotated[int, Field(ge=1)] = 8192
     """8192 samples x 2048 tokens x 2 bytes (uint16) = 32 MiB of tokens per flat shard."""
     max_tokens_in_memory: Annotated[int, Field(ge=1)] = 256 * 2**20
