@@ -29,11 +29,12 @@ _MAX_SUBSTRING_TESTS = 64
 _UNSPACED_SCRIPT_RE = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]")
 
 
-def read_terms(path: str | Path | None = None) -> list[str]:
-    """Terms from a word list file (one per line, '#' comments), or the shipped default list."""
+def read_terms(path: str | Path | None = None, default: str = DEFAULT_BLOCKLIST) -> list[str]:
+    """Terms from a word list file (one per line, '#' comments), or the shipped list `default`
+    (`cleaning/data/`: the NSFW blocklist, or the hate-speech list of the seed filters)."""
     if path is None:
         text = (
-            importlib.resources.files("platform_assets.cleaning").joinpath("data").joinpath(DEFAULT_BLOCKLIST)
+            importlib.resources.files("platform_assets.cleaning").joinpath("data").joinpath(default)
         ).read_text(encoding="utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")

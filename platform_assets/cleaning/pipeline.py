@@ -18,6 +18,7 @@ from platform_assets.cleaning.blocklist import BlocklistFilter
 from platform_assets.cleaning.guard import Guard
 from platform_assets.cleaning.html_extract import HtmlExtract
 from platform_assets.cleaning.language_id import LanguageFilter
+from platform_assets.cleaning.license_gate import LicenseGate
 from platform_assets.cleaning.media_filters import AudioFilter, ImageFilter
 from platform_assets.cleaning.normalize import Normalize
 from platform_assets.cleaning.pii import PiiRedact
@@ -244,6 +245,10 @@ StepBuilder = Callable[[CleaningSettings], Step | None]
 # slowest regex work) only touches survivors and quality statistics see the author's text. A new step
 # is its module and one line here (with its settings section in CleaningSettings).
 STEP_BUILDERS: dict[str, StepBuilder] = {
+    # first: no work is spent on a document the licence gate drops (only in `drop` mode; `fail` mode
+    # is the blocking check `license_allowed` on the output)
+    "licenses": lambda s: LicenseGate(s.licenses)
+    if s.licenses.enabled and s.licenses.on_missing_or_disallowed == "drop" else None,
     "guard": lambda s: Guard(s.guard) if s.guard.enabled else None,
     "images": lambda s: ImageFilter(s.images) if s.images.enabled else None,
     "audio": lambda s: AudioFilter(s.audio) if s.audio.enabled else None,

@@ -16,6 +16,7 @@ published thresholds (the presets and their settings: `cleaning/quality/`, one m
         - preset: fineweb
       blocklist: {path: configs/blocklist.txt}
       pii: {types: [EMAIL, PHONE]}
+      licenses: {allow: [CC-BY-4.0, MIT], on_missing_or_disallowed: fail}
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from platform_assets.cleaning.quality.fineweb import FineWebSettings
 from platform_assets.cleaning.quality.gopher_quality import GopherQualitySettings
 from platform_assets.cleaning.quality.gopher_repetition import GopherRepetitionSettings
 from platform_assets.cleaning.quality.length import LengthSettings
+from platform_assets.cleaning.quality.seed_filters import SeedFiltersSettings
 from platform_assets.cleaning.quality.symbol_ratio import SymbolRatioSettings
 from platform_assets.contracts import StrictModel
 
 __all__ = [  # the preset settings are part of the `cleaning:` config; they live with their rules
     "ENGLISH", "PRESET_SETTINGS", "C4Settings", "CodeRatioSettings", "Count", "CustomSettings", "FineWebSettings",
     "GopherQualitySettings", "GopherRepetitionSettings", "Langs", "LengthSettings", "QualityPreset", "Ratio",
-    "SymbolRatioSettings", "fineweb_recipe", "preset",
+    "SeedFiltersSettings", "SymbolRatioSettings", "fineweb_recipe", "preset",
 ]
 
 # In the order the detectors run: most specific first (see pii.py)
@@ -208,13 +210,37 @@ class PiiSettings(StrictModel):
         return self
 
 
+# -- licences ----------------------------------------------------------------------------------------
+
+
+class LicenseSettings(StrictModel):
+    """The licence allow-list: every document's `license` (set at ingest from the source's `license:`
+    or the manifest row) must be one of `allow`. Not configured (`allow: null`, the default): no gate.
+
+    ``on_missing_or_disallowed: fail`` keeps the documents and makes the blocking check
+    `license_allowed` fail on the partition, naming the source and the licences found, so nothing
+    downstream runs; ``drop`` removes those documents (rules `license.missing`,
+    `license.not_allowed`, value: the licence). Ids are compared case-insensitively (SPDX ids are)."""
+
+    allow: tuple[str, ...] | None = None
+    on_missing_or_disallowed: Literal["fail", "drop"] = "fail"
+
+    @property
+    def enabled(self) -> bool:
+        return self.allow is not None
+
+    def allowed(self, license_id: str | None) -> bool:
+        return license_id is not None and license_id.strip().casefold() in {a.casefold() for a in self.allow or ()}
+
+
 # -- the stage ----------------------------------------------------------------------------------------
 
 
 class CleaningSettings(StrictModel):
-    """Steps run in this order: guard, images, audio, html, normalize, language, quality (in list order),
-    blocklist, pii. Captions, page text and transcripts go through the text steps like any text (the
-    quality presets are scoped to text and HTML: a caption is not a web page).
+    """Steps run in this order: licences (in `drop` mode), guard, images, audio, html, normalize,
+    language, quality (in list order), blocklist, pii. Captions, page text and transcripts go through
+    the text steps like any text (the quality presets are scoped to text and HTML: a caption is not a
+    web page).
 
     Filters run before redaction so that redaction (the slowest regex work) only touches survivors and
     quality statistics see the author's text, not placeholders.
@@ -229,6 +255,7 @@ class CleaningSettings(StrictModel):
     quality: list[QualityPreset] = Field(default_factory=fineweb_recipe)
     blocklist: BlocklistSettings = BlocklistSettings()
     pii: PiiSettings = PiiSettings()
+    licenses: LicenseSettings = LicenseSettings()
     on_error: Literal["exclude", "raise"] = "exclude"
     """`exclude`: a document whose processing raises is removed under rule `<step>.error` (and
     counted); `raise`: the batch fails."""

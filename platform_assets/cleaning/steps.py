@@ -76,6 +76,8 @@ class Doc:
     out: dict[str, Any] = field(default_factory=dict)
     prepared: Any = None
     """What the step's :meth:`DocumentStep.prepare` computed for this document over the whole batch."""
+    meta: str | None = None
+    """The document's `meta` JSON, for steps with `reads_meta` (else None)."""
 
 
 @dataclass
@@ -268,6 +270,9 @@ class DocumentStep(Step):
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         """Decide about one document: return a Drop to remove it; rewrite doc.text / fill doc.out to keep."""
 
+    reads_meta: bool = False
+    """Does :meth:`process` read `doc.meta`? Only then is the meta column handed over."""
+
     rewrites_messages: ClassVar[bool] = False
     """Does the step also rewrite chat messages (`meta.messages[].content`) with :meth:`rewrite_message`?
 
@@ -310,6 +315,7 @@ class DocumentStep(Step):
         changed = False
         counters = stats.counters
         metas, conversation_rows = self._chat_metas(batch)
+        doc_metas = (metas or batch.column("meta").to_pylist()) if self.reads_meta and "meta" in names else None
         metas_changed = False
         todo = [
             i for i in range(n)
@@ -319,7 +325,8 @@ class DocumentStep(Step):
         prepared = self._prepare([texts[i] or "" for i in todo], [modalities[i] for i in todo],
                                  [langs[i] for i in todo])
         for j, i in enumerate(todo):
-            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[j] if prepared else None)
+            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[j] if prepared else None,
+                      meta=doc_metas[i] if doc_metas is not None else None)
             try:
                 drop = self.process(doc, counters)
             except Exception as err:  # noqa: BLE001 - reported per document, see class doc

@@ -538,7 +538,7 @@ def test_every_registered_preset_is_a_config_key_with_its_own_module():
     from platform_assets.cleaning.quality import REGISTRY, rule_set
 
     assert list(REGISTRY) == ["gopher_quality", "gopher_repetition", "c4", "fineweb", "length", "symbol_ratio",
-                              "code_ratio", "custom"]
+                              "code_ratio", "custom", "seed_filters"]
     for name, entry in REGISTRY.items():
         settings = CleaningSettings(quality=[{"preset": name}]).quality[0]
         assert type(settings) is entry.settings and rule_set(settings).preset == name

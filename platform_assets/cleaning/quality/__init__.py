@@ -22,6 +22,7 @@ from platform_assets.cleaning.quality import (
     gopher_quality,
     gopher_repetition,
     length,
+    seed_filters,
     symbol_ratio,
 )
 from platform_assets.cleaning.quality.base import Preset, RuleSet, ScopedSettings
@@ -35,6 +36,7 @@ REGISTRY: dict[str, Preset] = {p.name: p for p in (
     symbol_ratio.PRESET,
     code_ratio.PRESET,
     custom.PRESET,
+    seed_filters.PRESET,
 )}
 
 # The `quality:` list's item type: pydantic picks the model by its `preset` key (a discriminated

@@ -41,6 +41,10 @@ class RuleSet:
     preset: ClassVar[str]
 
     settings_type: ClassVar[type[ScopedSettings]]
+
+    reads_meta: ClassVar[bool] = False
+    """Does `check` read `view.doc.meta` (chat messages, instruction fields)? The quality step then
+    hands each document's `meta` over; others never pay for the column."""
     """The preset's settings model: a rule set made without settings runs the published defaults."""
 
     def __init__(self, settings: ScopedSettings | None = None):

@@ -43,6 +43,7 @@ class QualityStep(DocumentStep):
     ):
         super().__init__(on_error=on_error)
         self.rule_sets = [r if isinstance(r, RuleSet) else rule_set(r) for r in rule_sets]
+        self.reads_meta = any(r.reads_meta for r in self.rule_sets)
 
     def rule(self, local: str) -> str:
         # rule sets already name their rules "<preset>.<check>"
@@ -52,7 +53,7 @@ class QualityStep(DocumentStep):
         return any(r.applies(modality, lang) for r in self.rule_sets)
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
-        view = TextView(doc.text)
+        view = TextView(doc.text, doc)
         for r in self.rule_sets:
             if not r.applies(doc.modality, doc.lang):
                 continue
@@ -63,6 +64,6 @@ class QualityStep(DocumentStep):
                 counters[f"{r.preset}.docs_rewritten"] += 1
                 if not outcome.strip():
                     return Drop(f"{r.preset}.empty_after_rewrite")
-                view = TextView(outcome)
+                view = TextView(outcome, doc)
         doc.text = view.text
         return None

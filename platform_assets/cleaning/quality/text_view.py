@@ -129,10 +129,12 @@ class TextView:
     thousand in a long document) and weighted by their counts, not word by word.
     """
 
-    __slots__ = ("text", "__dict__")
+    __slots__ = ("text", "doc", "__dict__")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, doc: Any = None):
         self.text = text
+        self.doc = doc
+        """The document (steps.Doc: id, modality, lang, meta) for rules that judge more than the text."""
 
     @cached_property
     def tokens(self) -> list[str]:

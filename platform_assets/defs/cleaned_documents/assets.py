@@ -52,5 +52,5 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     sample = spot_check(ctx.storage, n=60, per_rule=3, stages=("cleaning_exclusions",), views={
         "raw_documents": (in_rel, PART_GLOB), "cleaning_exclusions": (ctx.rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
-    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel)
+    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel, source=source)
     return stage_result(ctx, stage, metadata, checks, preview=["id", "lang", "lang_score", "text"])

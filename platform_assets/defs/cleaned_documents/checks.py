@@ -1,7 +1,8 @@
 """Quality gates on cleaned_documents.
 
 `removal_rate_within_bounds` and `no_residual_pii` block: downstream dedup must never see a source a
-broken rule emptied, or text with personal data left in it.
+broken rule emptied, or text with personal data left in it. `license_allowed` blocks a source whose
+kept documents lack an allowed licence (`cleaning.licenses`; passes when no allow-list is set).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import message_contents
+from platform_assets.cleaning.license_gate import license_violations
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
 from platform_assets.config import CleaningGates, PipelineConfig
@@ -43,6 +45,13 @@ CLEANING_CHECKS = [
         description="Cleaning removes at most `cleaning_gates.max_removal_rate` of each modality's documents "
         "(images, PDF pages, audio, text): a broken media filter cannot empty one modality while the "
         "source as a whole looks fine.",
+    ),
+    dg.AssetCheckSpec(
+        "license_allowed",
+        asset=ASSET,
+        blocking=True,
+        description="Every kept document has a licence in `cleaning.licenses.allow` (no allow-list: "
+        "passes). In `fail` mode a source without an allowed licence stops here, named with its licences.",
     ),
     dg.AssetCheckSpec(
         "language_mix_as_configured",
@@ -144,13 +153,31 @@ def modality_removal(storage: Storage, in_rel: str, out_rel: str, bound: float) 
     return rates, [f"{m}: {r:.2%} of {before[m]} removed > {bound:.0%}" for m, r in rates.items() if r > bound]
 
 
+def license_problems(storage: Storage, rel: str, cfg: PipelineConfig, source: str) -> tuple[list[str], Counter[str]]:
+    """Kept documents outside the licence allow-list, as "source: licence (n documents)" lines."""
+    settings = cfg.cleaning.licenses
+    found: Counter[str] = Counter()
+    if not settings.enabled:
+        return [], found
+    schema = output_schema(storage, rel)
+    if schema is not None and "license" in schema.names:
+        for batch in read_batches(storage, rel, ["license"]):
+            found.update(license_violations(batch.column("license"), settings))
+    allow = ", ".join(settings.allow or ()) or "nothing"
+    return [f"source {source!r}: licence {lic} not in the allow-list [{allow}] ({n} documents)"
+            if lic != "(missing)" else f"source {source!r}: no licence ({n} documents)"
+            for lic, n in found.most_common()], found
+
+
 def evaluate_cleaning_checks(
-    storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig, in_rel: str | None = None
+    storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig, in_rel: str | None = None,
+    source: str | None = None,
 ) -> list[dg.AssetCheckResult]:
     removal = removal_violations(funnel, cfg.cleaning_gates)
     pii = residual_pii(storage, rel, cfg)
     lang_problems, shares = language_problems(storage, rel, cfg) if cfg.cleaning.language.enabled else ([], {})
     rates = {g: round(r / e, 4) for g, (r, e) in rule_group_rates(funnel).items() if e}
+    licenses, by_license = license_problems(storage, rel, cfg, source or rel.rstrip("/").rsplit("/", 1)[-1])
     return [
         dg.AssetCheckResult(
             check_name="removal_rate_within_bounds",
@@ -167,6 +194,16 @@ def evaluate_cleaning_checks(
             metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}},
         ),
         *([_modality_check(storage, in_rel, rel, cfg.cleaning_gates.max_removal_rate)] if in_rel else []),
+        dg.AssetCheckResult(
+            check_name="license_allowed",
+            passed=not licenses,
+            metadata={
+                "violations": "\n".join(licenses) or "none",
+                "allow": ", ".join(cfg.cleaning.licenses.allow or ()) or "not configured (no gate)",
+                "mode": cfg.cleaning.licenses.on_missing_or_disallowed,
+                **{f"license.{k}": v for k, v in by_license.items()},
+            },
+        ),
         dg.AssetCheckResult(
             check_name="language_mix_as_configured",
             passed=not lang_problems,
