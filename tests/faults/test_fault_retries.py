@@ -324,7 +324,7 @@ args = sys.argv[1:]
 i = args.index("-m")
 os.execv({torchrun!r}, [{torchrun!r}, *args[:i], {entry!r}, *args[i + 2:]])
 """
-KILL_AT = 5  # after the checkpoint of step 3 (interval 3): the relaunch resumes from step 3
+KILL_AT = 5  # after the checkpoint of step 3 (interval 3): the relaunch resumes from step 3 (or 6, below)
 
 
 @pytest.mark.slow
@@ -369,7 +369,10 @@ def test_killed_dataloader_worker_fails_the_run_and_the_retry_resumes_exactly(tm
     assert result.success
     assert _retries(result, "training_run") == 1  # the killed worker failed the first launch
     [materialization] = result.asset_materializations_for_node("training_run")
-    assert materialization.metadata["resumed_from_step"].value == 3
+    # the newest checkpoint when the failure surfaced: step 3, or step 6 when the trainer still had the
+    # batches of steps 5-6 (one message from the worker holds many micro-batches of this tiny set) and
+    # read from the dead worker only after step 6's checkpoint (seen in ~1 of 2 runs on 2 busy cores)
+    assert materialization.metadata["resumed_from_step"].value in (3, 6)
     ckpt = tmp_path / "checkpoints" / md5.removesuffix(".dir")
     # the steps trained twice (4, 5) were trained the same way, and the run ends as the clean one did
     assert train_losses(ckpt) == train_losses(reference)
