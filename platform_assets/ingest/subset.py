@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -42,6 +41,7 @@ from platform_assets.ingest.chat import chat_record
 from platform_assets.ingest.file_io import iter_lines
 from platform_assets.ingest.readers import source_files, source_root
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
+from platform_assets.ingest.readers.jsonl import parse_json_object
 from platform_assets.ingest.records import QuarantineSink, ReadContext, Record
 from platform_assets.ingest.salvaging_stream import open_record_stream, quarantine_broken_tail
 from platform_assets.ingest.settings import HuggingFaceSource, JsonlSource, ParquetSource, SourcePlan, SubsetSettings
@@ -114,7 +114,7 @@ def _jsonl_batches(ctx: ReadContext, files, columns: list[str] | None, start: di
                 if line is None:
                     ctx.quarantine.add(uri, Q.DOCUMENT_TOO_LARGE, f"line of {length} bytes > {ctx.max_document_bytes}")
                 elif line and not line.isspace():
-                    obj = _parse_json_object(ctx, line, uri)
+                    obj = parse_json_object(ctx, line, uri)
                     if obj is not None:
                         batch.uris.append(uri)
                         batch.rows.append(_project(obj, columns))
@@ -132,29 +132,6 @@ def _jsonl_batches(ctx: ReadContext, files, columns: list[str] | None, start: di
             yield batch
         else:  # an empty tail still moves the position past the file
             yield RawBatch([], [], [], {"file": index + 1, "line": 0})
-
-
-def _parse_json_object(ctx: ReadContext, line: bytes, uri: str) -> dict[str, Any] | None:
-    """The line's object, or None after quarantining it with the reasons a full ingest gives."""
-    utf8 = ctx.encoding.lower().replace("-", "").replace("_", "") == "utf8"
-    try:
-        obj = orjson.loads(line) if utf8 else orjson.loads(line.decode(ctx.encoding))
-    except UnicodeDecodeError as err:
-        ctx.quarantine.add(uri, Q.INVALID_UTF8, f"not valid {ctx.encoding}: {err.reason}", line)
-        return None
-    except orjson.JSONDecodeError as err:
-        reason = Q.MALFORMED_JSON
-        if utf8:
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                reason = Q.INVALID_UTF8
-        ctx.quarantine.add(uri, reason, str(err), line)
-        return None
-    if not isinstance(obj, dict):
-        ctx.quarantine.add(uri, Q.NOT_A_JSON_OBJECT, f"a JSON {type(obj).__name__}, not an object", line)
-        return None
-    return obj
 
 
 def _parquet_batches(ctx: ReadContext, files, columns: list[str] | None, start: dict[str, Any]) -> Iterator[RawBatch]:

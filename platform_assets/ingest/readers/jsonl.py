@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -158,12 +159,9 @@ def _is_utf8(encoding: str) -> bool:
     return encoding.lower().replace("-", "").replace("_", "") == "utf8"
 
 
-def _parse_line(
-    ctx: ReadContext, line: bytes, uri: str, text_field: str, meta_fields: list[str] | None, mtime: int | None,
-    chat: ChatFields | None = None,
-) -> Record | None:
-    if not line or line.isspace():
-        return None
+def parse_json_object(ctx: ReadContext, line: bytes, uri: str) -> dict[str, Any] | None:
+    """The line's JSON object, or None after quarantining the line with its reason (invalid UTF-8 or
+    encoding, malformed JSON, not an object); shared with streaming subsets (ingest/subset.py)."""
     utf8 = _is_utf8(ctx.encoding)
     try:
         # orjson validates UTF-8 itself; a legacy encoding is decoded to str first
@@ -182,6 +180,18 @@ def _parse_line(
         return None
     if not isinstance(obj, dict):
         ctx.quarantine.add(uri, Q.NOT_A_JSON_OBJECT, f"a JSON {type(obj).__name__}, not an object", line)
+        return None
+    return obj
+
+
+def _parse_line(
+    ctx: ReadContext, line: bytes, uri: str, text_field: str, meta_fields: list[str] | None, mtime: int | None,
+    chat: ChatFields | None = None,
+) -> Record | None:
+    if not line or line.isspace():
+        return None
+    obj = parse_json_object(ctx, line, uri)
+    if obj is None:
         return None
     try:
         if chat is not None:
