@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from training.data.batch_plan import BatchPlan
 from training.data.batch_transfer import group_size, unpack
 from training.data.collate import COLLATES
 from training.data.dataset import MicroBatchDataset
@@ -93,14 +92,7 @@ class PackedLoader(LoaderPosition):
             from training.data.lance_reader import LanceSplitReader as reader
         self.reader = reader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
         self.mixture = Mixture.from_weights(self.reader.sources, self.reader.sizes.tolist(), cfg.weights, cfg.split)
-        drawn = sum(int(n) for n, p in zip(self.reader.sizes, self.mixture.numerators, strict=True) if p)
-        self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
-        steps = self.samples_per_epoch // cfg.global_batch_size
-        if steps == 0:
-            raise LoaderConfigError(f"samples_per_epoch {self.samples_per_epoch} < global_batch_size "
-                                    f"{cfg.global_batch_size}: an epoch would not fill one optimizer step")
-        self.plan = BatchPlan(cfg.global_batch_size, cfg.micro_batch_size, world_size, rank, steps)
-        self.rank, self.world_size = rank, world_size
+        steps = self._plan_epoch(cfg, self.reader.sizes, self.mixture, rank, world_size)
         order = GlobalOrder(self.reader.sizes, self.mixture, cfg.seed, steps * cfg.global_batch_size)
         if cfg.collate == "padded":
             self.reader.check_one_segment_per_sample()

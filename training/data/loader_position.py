@@ -69,6 +69,19 @@ class LoaderPosition:
         self._micro = 0  # micro-batches of the current epoch handed to the caller by this rank
         self._generation = 0  # bumped by every iter(): an older iterator stops being valid
 
+    def _plan_epoch(self, cfg: Any, sizes: Any, mixture: Any, rank: int, world_size: int) -> int:
+        """Sets samples_per_epoch (the config's, else the samples of the sets the mixture draws from),
+        `plan` (the rank's micro-batches), rank and world_size; returns the optimizer steps per epoch."""
+        drawn = sum(int(n) for n, p in zip(sizes, mixture.numerators, strict=True) if p)
+        self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
+        steps = self.samples_per_epoch // cfg.global_batch_size
+        if steps == 0:
+            raise LoaderConfigError(f"samples_per_epoch {self.samples_per_epoch} < global_batch_size "
+                                    f"{cfg.global_batch_size}: an epoch would not fill one optimizer step")
+        self.plan = BatchPlan(cfg.global_batch_size, cfg.micro_batch_size, world_size, rank, steps)
+        self.rank, self.world_size = rank, world_size
+        return steps
+
     def _identity(self) -> dict[str, Any]:
         """What fixes the global order: a state saved under other values would resume a different one."""
         raise NotImplementedError

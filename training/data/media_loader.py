@@ -210,14 +210,7 @@ class MediaLoader(LoaderPosition):
         sizes = [int(n) for n in self.reader.sizes]
         weights = stream_weights(names, [s.source for s in streams], sizes, cfg.weights)
         self.mixture = Mixture.from_weights(names, sizes, weights, cfg.split)
-        drawn = sum(n for n, p in zip(sizes, self.mixture.numerators, strict=True) if p)
-        self.samples_per_epoch = cfg.samples_per_epoch if cfg.samples_per_epoch is not None else drawn
-        steps = self.samples_per_epoch // cfg.global_batch_size
-        if steps == 0:
-            raise LoaderConfigError(f"samples_per_epoch {self.samples_per_epoch} < global_batch_size "
-                                    f"{cfg.global_batch_size}: an epoch would not fill one optimizer step")
-        self.plan = BatchPlan(cfg.global_batch_size, cfg.micro_batch_size, world_size, rank, steps)
-        self.rank, self.world_size = rank, world_size
+        steps = self._plan_epoch(cfg, sizes, self.mixture, rank, world_size)
         self._stream: Iterator[tuple[int, int, dict[str, Any]]] | None = None
         self._stream_at: tuple[int, int] | None = None  # (epoch, micro-batch) the stream yields next
         self._stream_loader: Any = None  # the DataLoader iterator behind it (workers), to shut down
