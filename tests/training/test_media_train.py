@@ -9,25 +9,21 @@ import statistics
 import pytest
 import torch
 from media_runs import media_run_config, write_media_shard_set, write_tokenizer
-from train_runs import eval_losses, latest_step, launch, sample_ids, train_in_process, train_losses, write_config
+from train_runs import (
+    KILL_AT_STEP,
+    eval_losses,
+    latest_step,
+    launch,
+    sample_ids,
+    train_in_process,
+    train_losses,
+    write_config,
+)
 
 from training.checkpoint import find_latest_checkpoint
 from training.config import RunConfigError
 from training.data.media_collate import sample_id_int
 from training.metrics import read_records
-
-# Runs the trainer and SIGKILLs its own process right after step `kill_at` is logged (as in
-# test_train_resume.py): no chance to save, flush or stop the loader's workers.
-KILL_AT_STEP = """
-import os, signal, sys
-from training.config import load_run_config
-from training.train import run
-kill_at = int(sys.argv[2])
-def kill(record):
-    if record["kind"] == "train" and record["step"] == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-run(load_run_config(sys.argv[1]), callbacks=[kill])
-"""
 
 SOURCE_MODALITY = {"photos": "image", "scans": "pdf", "speech": "audio"}
 FAMILY_MODALITIES = {"whisper": {"audio"}, "llava": {"image", "pdf"}}

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 from train_runs import (
+    KILL_AT_STEP,
     eval_losses,
     latest_step,
     launch,
@@ -19,19 +20,6 @@ from train_runs import (
 
 from training.checkpoint import CheckpointError, find_latest_checkpoint
 from training.train import DatasetVersionMismatch
-
-# Runs the trainer and SIGKILLs its own process (no chance to clean up) right after step `kill_at` is
-# logged: before that step's checkpoint, if it is a checkpoint step.
-KILL_AT_STEP = """
-import os, signal, sys
-from training.config import load_run_config
-from training.train import run
-kill_at = int(sys.argv[2])
-def kill(record):
-    if record["kind"] == "train" and record["step"] == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-run(load_run_config(sys.argv[1]), callbacks=[kill])
-"""
 
 
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(flat, reference, tmp_path):

@@ -32,6 +32,20 @@ TRAIN_SHARDS = {"code": [10, 6], "prose": [12]}
 VALIDATION_SAMPLES = 4
 
 
+# `python -c KILL_AT_STEP <run config> <step>`: trains and SIGKILLs its own process right after step
+# `step` is logged (no chance to save, flush or stop the loader's workers): before that step's
+# checkpoint, if it is a checkpoint step.
+KILL_AT_STEP = """
+import os, signal, sys
+from training.config import load_run_config
+from training.train import run
+kill_at = int(sys.argv[2])
+def kill(record):
+    if record["kind"] == "train" and record["step"] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+run(load_run_config(sys.argv[1]), callbacks=[kill])
+"""
+
 def progression_samples(rng: np.random.Generator, n: int) -> list[FixtureSample]:
     """Packed samples of 1-3 documents; a document is start, start+d, start+2d, ... (mod the vocab,
     above the special ids 0 = pad and 1 = eos) ending with eos: predictable from two tokens on."""
