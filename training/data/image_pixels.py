@@ -16,6 +16,7 @@ from PIL import Image
 from torch.utils.data import get_worker_info
 
 from training.data.image_augment import AugmentSettings
+from training.data.shared_buffers import new_shared_float32, worker_buffers
 
 if TYPE_CHECKING:
     from transformers.image_processing_utils import BaseImageProcessor
@@ -61,11 +62,14 @@ def decode_image(data: bytes) -> Image.Image:
 
 def empty_float32(shape: tuple[int, ...]) -> torch.Tensor:
     """An uninitialised float32 tensor: in shared memory inside a DataLoader worker (torch's default_collate
-    does the same, with the same storage call), so the worker sends a handle instead of copying it there."""
+    does the same, with the same storage call), so the worker sends a handle instead of copying it there;
+    in one of the worker's recycled buffers where the MediaLoader set them up (shared_buffers.py)."""
     if get_worker_info() is None:
         return torch.empty(shape, dtype=torch.float32)
-    storage = torch.empty(0, dtype=torch.float32)._typed_storage()._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=torch.float32).new(storage).resize_(*shape)
+    buffers = worker_buffers()
+    if buffers is not None:
+        return buffers.empty_float32(shape)
+    return new_shared_float32(math.prod(shape)).view(shape)
 
 
 # The processor methods the fast path stands in for: a class that overrides any of them (a model-specific

@@ -39,12 +39,16 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from training.data.batch_plan import BatchPlan
+from training.data.batch_transfer import inline_small_tensors, restore_inlined
 from training.data.global_order import GlobalOrder
 from training.data.loader_position import LoaderConfigError, LoaderPosition, check_common_fields
 from training.data.media_index import read_media_index
 from training.data.media_reader import MediaSample, MediaSplitReader
 from training.data.mixture import Mixture, MixtureError, blend
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES
+from training.data.shared_buffers import SLOTS_KEY as BUFFER_SLOTS_KEY
+from training.data.shared_buffers import BufferReleaser
+from training.data.shared_buffers import install as install_worker_buffers
 
 BATCHING = ("mixed", "per_modality")
 MODALITIES = ("image", "pdf", "audio")
@@ -159,10 +163,11 @@ class MediaBatchDataset(IterableDataset):
     cores) was most of the data wait."""
 
     def __init__(self, plan: BatchPlan, order: GlobalOrder | PerModalityOrder, reader: MediaSplitReader,
-                 collate: Collate, epoch: int, start: int) -> None:
+                 collate: Collate, epoch: int, start: int, buffer_flags: Any = None, buffer_slots: int = 0) -> None:
         super().__init__()
         self.plan, self.order, self.reader, self.collate = plan, order, reader, collate
         self.epoch, self.start = epoch, start
+        self.buffer_flags, self.buffer_slots = buffer_flags, buffer_slots  # shared_buffers.BufferReleaser's
 
     def micro_batch(self, epoch: int, m: int) -> dict[str, Any]:
         streams, idx = self.order.samples(epoch, self.plan.positions(m))
@@ -180,9 +185,15 @@ class MediaBatchDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         per_epoch = self.plan.micro_batches_per_epoch
         u = self.epoch * per_epoch + self.start + worker
+        buffers = None
+        if info is not None and self.buffer_flags is not None:
+            buffers = install_worker_buffers(self.buffer_flags, worker, self.buffer_slots)
         while True:
             epoch, m = divmod(u, per_epoch)
-            yield epoch, m, self.micro_batch(epoch, m)
+            batch = self.micro_batch(epoch, m)
+            if buffers is not None:
+                batch[BUFFER_SLOTS_KEY] = buffers.take_used()
+            yield epoch, m, batch if info is None else inline_small_tensors(batch)
             u += workers
 
 
@@ -214,6 +225,7 @@ class MediaLoader(LoaderPosition):
         self._stream: Iterator[tuple[int, int, dict[str, Any]]] | None = None
         self._stream_at: tuple[int, int] | None = None  # (epoch, micro-batch) the stream yields next
         self._stream_loader: Any = None  # the DataLoader iterator behind it (workers), to shut down
+        self._buffers: BufferReleaser | None = None  # the workers' recycled pixel/feature buffers
         sizes_arr = np.asarray(sizes, dtype=np.int64)
         if cfg.batching == "per_modality":
             self.order: GlobalOrder | PerModalityOrder = PerModalityOrder(
@@ -238,8 +250,13 @@ class MediaLoader(LoaderPosition):
     def _open_stream(self) -> None:
         """Micro-batches from the current position on, continuing across epochs (MediaBatchDataset)."""
         self.close()
-        dataset = MediaBatchDataset(self.plan, self.order, self.reader, self.collate, self._epoch, self._micro)
-        if self.cfg.num_workers:
+        workers = self.cfg.num_workers
+        # per worker: its 2 prefetched batches (DataLoader's prefetch_factor), the one the caller holds and
+        # the one it held before (released at the next batch): 4 buffers; more are allocated fresh
+        self._buffers = BufferReleaser(workers, 4) if workers else None
+        dataset = MediaBatchDataset(self.plan, self.order, self.reader, self.collate, self._epoch, self._micro,
+                                    self._buffers.flags if self._buffers else None, 4)
+        if workers:
             self._stream_loader = iter(DataLoader(dataset, batch_size=None, num_workers=self.cfg.num_workers,
                                                   collate_fn=_as_is, pin_memory=torch.cuda.is_available()))
             self._stream = self._stream_loader
@@ -273,7 +290,7 @@ class MediaLoader(LoaderPosition):
             if self._micro == self.plan.micro_batches_per_epoch:
                 self._epoch, self._micro = self._epoch + 1, 0
             self._stream_at = (self._epoch, self._micro)
-            yield batch
+            yield self._buffers.handed_out(restore_inlined(batch)) if self._buffers is not None else batch
 
     def _identity(self) -> dict[str, Any]:
         return {
