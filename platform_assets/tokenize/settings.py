@@ -144,6 +144,13 @@ class TokenizeSettings(StrictModel):
     document being encoded costs ~130 bytes per byte of its text inside tokenizers (a 3.7 MB
     Debian changelog: +476 MB), which cleaning's 4 MiB document cap bounds."""
 
+    lance: bool = False
+    """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output
+    (the same rows in the same order as its Parquet parts, which the later stages read): random access to a
+    document's tokens by row with `lance.dataset(dir).take(rows)`. Written batch by batch (a few batches
+    per set in memory); not byte-identical across rebuilds (Lance's UUID file names), its files are in the
+    output's manifest with their sha256 (tokenize/lance_documents.py)."""
+
     @model_validator(mode="after")
     def _needs_length(self) -> TokenizeSettings:
         if self.overlong != "keep" and self.max_length is None:

@@ -29,6 +29,7 @@ from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
 from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
+from platform_assets.tokenize.lance_documents import LanceDocumentSets, set_dir
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 from platform_assets.tokenize.tokenizer_build import (
@@ -294,6 +295,7 @@ def tokenize_outputs(
     excluded: list[pa.RecordBatch] = []
     with TableSink(storage, out_rel, encoder.schema, io) as sink:
         writers = _SetWriters(sink, rows_per_batch, io.batch_bytes)
+        lance_sets = LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else None
         source = TableSource(storage, splits_rel, io)
         for batch in source.tracked_batches("tokenize", _with_modality(source, columns)):
             batch = text_documents(batch)
@@ -311,10 +313,14 @@ def tokenize_outputs(
                 counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
                 counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
                 writers.add(key, part)
+                if lance_sets is not None:
+                    lance_sets.add(key, part)
         writers.flush()
+        lance_dirs = lance_sets.close() if lance_sets is not None else []
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
         sink.write_side(EXCLUSIONS_FILE, exclusions)
-    sets = [{"split": k[0], "source": k[1], "dir": f"{k[0]}/{k[1]}", **v} for k, v in sorted(per_set.items())]
+    sets = [{"split": k[0], "source": k[1], "dir": f"{k[0]}/{k[1]}", **v,
+             **({"lance": set_dir(*k)} if set_dir(*k) in lance_dirs else {})} for k, v in sorted(per_set.items())]
     return TokenizeStageResult(
         rel=out_rel, files=sink.files, schema=encoder.schema, exclusions=EXCLUSIONS_FILE,
         rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),

@@ -93,10 +93,11 @@ def _files_under(root: str) -> set[str]:
             for d, _, names in os.walk(root) for f in names}
 
 
-class _ShardWrite:
-    """One shard's `lance.write_dataset` in a thread, fed batch by batch through a bounded queue."""
+class StreamingLanceWrite:
+    """One `lance.write_dataset` (a shard here; a whole document set in tokenize/lance_documents.py) in a
+    thread, fed batch by batch through a bounded queue."""
 
-    def __init__(self, uri: str, schema: pa.Schema, first: bool):
+    def __init__(self, uri: str, schema: pa.Schema, first: bool, rows_per_group: int = ROWS_PER_ROW_GROUP):
         import lance  # imported here: `lance` is needed only where this format is configured
 
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_RUNS)
@@ -107,7 +108,7 @@ class _ShardWrite:
         def write() -> None:
             try:
                 lance.write_dataset(reader, uri, schema=schema, mode="create" if first else "append",
-                                    max_rows_per_file=MAX_ROWS_PER_FILE, max_rows_per_group=ROWS_PER_ROW_GROUP,
+                                    max_rows_per_file=MAX_ROWS_PER_FILE, max_rows_per_group=rows_per_group,
                                     data_storage_version=DATA_STORAGE_VERSION,
                                     # `_versions/<v>.manifest`: version v is named v (the v2 scheme counts down)
                                     enable_v2_manifest_paths=False)
@@ -159,7 +160,7 @@ class LanceSetWriter:
         self._tmp = None if self._local else tempfile.mkdtemp(prefix="lance-set-")
         self._uri = staged.path(self._target) if self._local else f"{self._tmp}/d{DATASET_SUFFIX}"
         self._schema = arrow_schema(header)
-        self._current: tuple[int, _ShardWrite] | None = None
+        self._current: tuple[int, StreamingLanceWrite] | None = None
         self._in_shard = 0
         self._seen: set[str] = set()
         self._shards: list[FileEntries] = []
@@ -170,7 +171,7 @@ class LanceSetWriter:
             self._finish_shard()
             if shard != len(self._shards):
                 raise ShardSetError(f"{self._rel}: shard {shard} after {len(self._shards)} shards")
-            self._current = (shard, _ShardWrite(self._uri, self._schema, first=not self._shards))
+            self._current = (shard, StreamingLanceWrite(self._uri, self._schema, first=not self._shards))
             self._in_shard = 0
         self._current[1].put(record_batch(run, self._schema, shard, self._in_shard))
         self._in_shard += run.samples

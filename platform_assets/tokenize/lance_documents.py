@@ -1,0 +1,79 @@
+"""Tokenized documents as Lance datasets: a document's tokens by row number (`take`), without scanning.
+
+With `tokenize.lance: true` the tokenized_documents stage writes, beside the Parquet parts of each
+(split, source) set, the same rows in the same order as one Lance dataset `lance/<split>/<source>.lance`
+(the Parquet parts stay: every downstream stage reads them). Each set's `lance.write_dataset` runs in a
+thread fed batch by batch through a queue of at most QUEUE_RUNS batches, so the stage holds a few
+batches per set, never a set; its data file is one file per set, row groups of ROWS_PER_GROUP documents.
+
+Not byte-identical across rebuilds (Lance names data files and transactions with UUIDs and stamps
+manifests with the commit time: packing/formats/lance.py). The rows are identical, and every file of
+the dataset is listed in the output's `_manifest.json` with its sha256 like the Parquet parts, so the
+dataset version and `verify` see a changed byte.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from platform_assets.packing.formats.lance import DATASET_SUFFIX, StreamingLanceWrite
+from platform_assets.storage import StagedDir
+
+LANCE_DIR = "lance"
+ROWS_PER_GROUP = 1024
+"""Documents per Lance row group (pylance's default): a `take` reads within the groups it touches."""
+COPY_CHUNK = 8 * 2**20  # bytes per read when copying a finished dataset into a non-local output
+
+
+def set_dir(split: str, source: str) -> str:
+    """The dataset of a (split, source) set, relative to the output."""
+    return f"{LANCE_DIR}/{split}/{source}{DATASET_SUFFIX}"
+
+
+class LanceDocumentSets:
+    """One streaming Lance write per (split, source); `close()` finishes them all."""
+
+    def __init__(self, staged: StagedDir, schema: pa.Schema) -> None:
+        self._staged, self._schema = staged, schema
+        # Lance writes through its own object store: straight into the local staging directory; for S3
+        # into a local temporary directory, copied into the staged output at close
+        self._local = isinstance(staged.fs, pafs.LocalFileSystem)
+        self._tmp = None if self._local else tempfile.mkdtemp(prefix="lance-docs-")
+        self._writes: dict[tuple[str, str], StreamingLanceWrite] = {}
+        self.rows: dict[tuple[str, str], int] = {}
+
+    def _uri(self, key: tuple[str, str]) -> str:
+        rel = set_dir(*key)
+        return self._staged.path(rel) if self._local else os.path.join(self._tmp, rel)
+
+    def add(self, key: tuple[str, str], batch: pa.RecordBatch) -> None:
+        if key not in self._writes:
+            uri = self._uri(key)
+            os.makedirs(os.path.dirname(uri), exist_ok=True)
+            self._writes[key] = StreamingLanceWrite(uri, self._schema, first=True, rows_per_group=ROWS_PER_GROUP)
+            self.rows[key] = 0
+        self._writes[key].put(batch)
+        self.rows[key] += batch.num_rows
+
+    def close(self) -> list[str]:
+        """Finish every set's write (and copy the datasets into the staged output when it is not local);
+        returns the datasets' directories, sorted."""
+        try:
+            for key in sorted(self._writes):
+                self._writes[key].finish()
+            if self._tmp is not None:
+                for d, _, names in os.walk(self._tmp):
+                    for name in sorted(names):
+                        full = os.path.join(d, name)
+                        rel = os.path.relpath(full, self._tmp).replace(os.sep, "/")
+                        with open(full, "rb") as src, self._staged.open_output(rel) as dst:
+                            shutil.copyfileobj(src, dst, COPY_CHUNK)
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+        return [set_dir(*key) for key in sorted(self._writes)]
