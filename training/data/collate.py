@@ -1,7 +1,8 @@
 """Collation of raw samples into model inputs, vectorised over the whole micro-batch.
 
 "packed": rows of exactly seq_len; "padded": one document per row, every row cut to the longest in the
-batch. Both give the same keys (padded adds `attention_mask`):
+batch (rounded up to `pad_to_multiple_of` when the loader sets it: padded_width). Both give the same
+keys (padded adds `attention_mask`):
 
 - input_ids [B,S] int64: the tokens (pad_id after the last segment);
 - labels [B,S] int64: tokens[t+1] when t+1 is in the same segment and its loss_mask is 1 (if the set
@@ -17,6 +18,7 @@ batch. Both give the same keys (padded adds `attention_mask`):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -109,8 +111,30 @@ def collate_packed(batch: SampleBatch) -> dict[str, Any]:
     return _segment_arrays(batch)
 
 
-def collate_padded(batch: SampleBatch) -> dict[str, Any]:
-    """`batch` read with width = its longest sample: adds attention_mask [B,L] int64 (1 = token)."""
+def padded_width(longest: int, pad_to_multiple_of: int | None) -> int:
+    """A padded micro-batch's width: its longest sample, rounded up to a multiple of `pad_to_multiple_of`
+    when set (e.g. 8 or 64 for tensor-core tiles). The rounded width may pass seq_len: `collate_padded`
+    pads beyond what was read."""
+    if pad_to_multiple_of is None or pad_to_multiple_of <= 1:
+        return longest
+    return -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+
+
+def _widen(batch: SampleBatch, width: int, pad_id: int) -> SampleBatch:
+    """`batch` with its rows padded (pad_id, mask 0) to `width` columns; the segment tables are unchanged."""
+    extra = width - batch.tokens.shape[1]
+    if extra <= 0:
+        return batch
+    tokens = np.pad(batch.tokens, ((0, 0), (0, extra)), constant_values=pad_id)
+    mask = None if batch.mask is None else np.pad(batch.mask, ((0, 0), (0, extra)))
+    return replace(batch, tokens=tokens, mask=mask)
+
+
+def collate_padded(batch: SampleBatch, width: int | None = None, pad_id: int = 0) -> dict[str, Any]:
+    """`batch` read with width = its longest sample (or seq_len, when `width`, its padded_width, passes
+    seq_len: it is then widened here with pad_id): adds attention_mask [B,L] int64 (1 = token)."""
+    if width is not None:
+        batch = _widen(batch, width, pad_id)
     out = _segment_arrays(batch)
     width = batch.tokens.shape[1]
     out["attention_mask"] = torch.from_numpy((_positions(width) < batch.lengths[:, None]).astype(np.int64))

@@ -18,8 +18,9 @@ import numpy as np
 from training.data.index_fields import IndexFields
 
 FORMAT = "flat"
-READ_FORMATS = ("flat", "lance")
+READ_FORMATS = ("flat", "flat_varlen", "lance")
 """Formats the loader reads (`read_shard_index`): `flat` through np.memmap (the default and fastest),
+`flat_varlen` (no padding on disk) through np.memmap and its offsets (training/data/flat_varlen_reader.py),
 `lance` through Lance's `take` (training/data/lance_reader.py). The global order does not depend on it."""
 # The major version read. Any `format_minor` of it is read: a minor only adds index keys (1.1 added
 # `layout`, the declaration of the files' columns and encodings) and keys this loader does not know
@@ -176,6 +177,8 @@ def _read_index(data_dir: str | Path, formats: tuple[str, ...]) -> FlatIndex:
     parse_shard = _shard
     if fmt == "lance":
         from training.data.lance_reader import lance_shard as parse_shard  # imports no lance until read
+    elif fmt == "flat_varlen":
+        from training.data.flat_varlen_reader import varlen_shard as parse_shard  # it imports this module
     version = doc.get("format_version")
     if isinstance(version, bool) or version != FORMAT_VERSION:  # true == 1 in Python, not in an index
         raise ShardIndexError(f"{where}.format_version: this loader reads version {FORMAT_VERSION}, "

@@ -132,17 +132,27 @@ class _MappedShard:
     `.view(np.ndarray)` drops the memmap subclass (its __array_finalize__ costs microseconds on every
     slice); the view's base keeps the map open."""
 
-    def __init__(self, root: Path, shard: Shard, seq_len: int, token_dtype: str) -> None:
-        def mapped(entry: FileEntry, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-            return np.memmap(root / entry.path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)
-
+    def __init__(self, index: FlatIndex, shard: Shard) -> None:
+        root, rows = index.root, (shard.samples, index.seq_len)
         self.shard = shard
-        self.tokens = mapped(shard.tokens, TOKEN_DTYPES[token_dtype], (shard.samples, seq_len))
-        self.seqptr = mapped(shard.seqptr, SEQPTR_DTYPE, (shard.samples + 1,))
+        self.tokens = map_file(root, shard.tokens, TOKEN_DTYPES[index.token_dtype], rows)
+        self.seqptr = map_file(root, shard.seqptr, SEQPTR_DTYPE, (shard.samples + 1,))
         # a shard whose samples are all empty has a 0-byte seqlens file, which cannot be mapped
-        self.seqlens = (mapped(shard.seqlens, SEQLEN_DTYPE, (shard.segments,)) if shard.segments
+        self.seqlens = (map_file(root, shard.seqlens, SEQLEN_DTYPE, (shard.segments,)) if shard.segments
                         else np.zeros(0, SEQLEN_DTYPE))
-        self.mask = mapped(shard.mask, MASK_DTYPE, (shard.samples, seq_len)) if shard.mask else None
+        self.mask = map_file(root, shard.mask, MASK_DTYPE, rows) if shard.mask else None
+
+    def row_into(self, j: int, tokens: np.ndarray, mask: np.ndarray | None) -> None:
+        """Sample j's first len(tokens) positions into `tokens` (and its loss mask into `mask`): the one
+        copy, uint16/uint32 -> int64 straight from the page cache."""
+        tokens[:] = self.tokens[j, : len(tokens)]
+        if mask is not None:
+            mask[:] = self.mask[j, : len(mask)]
+
+
+def map_file(root: Path, entry: FileEntry, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    """`entry`'s file mapped read-only as a plain ndarray (`.view(np.ndarray)`: see _MappedShard)."""
+    return np.memmap(root / entry.path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)
 
 
 class SplitReader:
@@ -151,6 +161,9 @@ class SplitReader:
     Sample i of a source counts only the shards in use: every shard unless `_skip_corrupt()` left some out.
     Sample ids keep the index's numbering (a skipped shard leaves a gap), so they name the same sample
     whatever was skipped."""
+
+    mapped_shard: type[_MappedShard] = _MappedShard
+    """How a shard's files are mapped and a sample's row copied out (flat_varlen_reader maps its own)."""
 
     def __init__(self, index: FlatIndex, split: str, verify: str = "none", on_corrupt: str = "stop") -> None:
         if verify not in VERIFY_MODES:
@@ -275,7 +288,7 @@ class SplitReader:
             # a stat before every map even unverified: a file truncated since the build would map short and
             # fault (SIGBUS) on the missing pages instead of raising
             self._check(src, k, sh, hash_it)
-            m = _MappedShard(self.index.root, sh, self.index.seq_len, self.index.token_dtype)
+            m = self.mapped_shard(self.index, sh)
             self._mapped[(src, k)] = m
         return m
 
@@ -345,9 +358,7 @@ class SplitReader:
         renumber = bool(self.skipped)  # ids number samples as the index does, gaps for skipped shards included
         for b, (s, i) in enumerate(zip(src.tolist(), idx.tolist(), strict=True)):
             m, j = self._locate(s, i)
-            tokens[b] = m.tokens[j, :width]  # the one copy: uint16/uint32 -> int64 straight from the page cache
-            if mask is not None:
-                mask[b] = m.mask[j, :width]
+            m.row_into(j, tokens[b], None if mask is None else mask[b])
             segs.append(self._segments(m, j))
             where.append((m, j))
             ids.append((s << SOURCE_SHIFT) | (self._index_position(s, i) if renumber else i))
