@@ -8,7 +8,8 @@ about ranks, workers or batch sizes below the global batch, so every world size 
 2. source s draws counts[s] samples per epoch, so this is its draw u = e*counts[s] + o overall: pass
    u // n_s over its n_s samples, item u % n_s of that pass's permutation (permutation.py). A source
    with fewer samples than its share wraps into its next pass (a new permutation); one with more
-   continues the next epoch where this one stopped, so no sample is skipped.
+   continues the next epoch where this one stopped, so no sample is skipped. With a block shuffle the
+   pass's permutation is a block shuffle of the source's shards (permutation.py); nothing else changes.
 
 Only positions [0, steps_per_epoch * global_batch_size) are ever read (the remainder that would not
 fill an optimizer step is dropped), so the schedule covers exactly those.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from training.data.mixture import Blend, Mixture, blend
-from training.data.permutation import PermutationCache
+from training.data.permutation import BlockShuffle, PermutationCache
 
 _ELEMENTWISE = 64
 """Up to this many positions (a micro-batch) a python loop over them beats grouping by (source, pass) with
@@ -27,13 +28,15 @@ boolean masks (~10 us vs ~60 us for 8); above it (length-bucketing windows) the 
 
 
 class GlobalOrder:
-    def __init__(self, sizes: np.ndarray, mixture: Mixture, seed: int, length: int) -> None:
+    def __init__(self, sizes: np.ndarray, mixture: Mixture, seed: int, length: int,
+                 block: BlockShuffle | None = None) -> None:
+        """block: each source's passes in a block shuffle (permutation.py) instead of full permutations."""
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.mixture = mixture
         self.seed = seed
         self.length = length
         self.blend: Blend = blend(mixture, length)
-        self.permutations = PermutationCache(seed, self.sizes)
+        self.permutations = PermutationCache(seed, self.sizes, block)
         # python ints for the per-position loop
         self._counts, self._sizes = self.blend.counts.tolist(), self.sizes.tolist()
         self._per_period = self.blend.per_period.tolist()

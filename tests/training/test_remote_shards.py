@@ -1,0 +1,251 @@
+"""Training from remote shards: the block shuffle, the bounded cache, and S3 (moto's server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loader_runs import assert_same_batches, sample_ids, take
+from shard_fixtures import build_sets
+from train_runs import (
+    KILL_AT_STEP,
+    latest_step,
+    launch,
+    run_config,
+    train_in_process,
+    train_losses,
+    write_config,
+    write_shards,
+)
+from train_runs import sample_ids as run_ids
+
+from training.data import PackedLoader
+from training.data.global_order import GlobalOrder
+from training.data.loader import CacheConfig, LoaderConfig, LoaderConfigError, LoaderStateError
+from training.data.mixture import Mixture
+from training.data.permutation import BlockShuffle, block_permutation, source_permutation
+from training.data.remote_cache import RemoteChecksumError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/moto_server.py
+from moto_server import moto_server  # noqa: E402
+
+SEQ_LEN = 16
+SHARDS = {"a": [7, 5, 9, 6, 8, 4, 7, 6], "b": [10, 3, 8, 5]}  # 2 sources, 12 shards, 88 samples
+
+
+def dir_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and p.name != "index.json")
+
+
+def shard_bytes(flat: Path) -> list[int]:
+    index = json.loads((flat / "index.json").read_text())
+    return [sum(f["bytes"] for f in sh["files"].values()) for s in index["sets"] if s["split"] == "train"
+            for sh in s["shards"]]
+
+
+# -- block shuffle -------------------------------------------------------------------------------------
+def test_block_permutation_is_a_permutation_with_the_window_property():
+    sizes = [7, 5, 9, 6, 8, 4, 7, 6, 3]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    shard_of = np.repeat(np.arange(len(sizes)), sizes)
+    for block in (1, 2, 4, 16):
+        perm = block_permutation(11, 0, 3, sizes, block)
+        assert sorted(perm.tolist()) == list(range(sum(sizes)))
+        assert np.array_equal(perm, block_permutation(11, 0, 3, sizes, block))  # a pure function
+        # walk the blocks: each run of consecutive positions of one block reads at most `block` shards,
+        # and every shard's samples lie in exactly one run
+        shards = shard_of[perm]
+        seen: set[int] = set()
+        at = 0
+        while at < len(perm):
+            members = set()
+            end = at
+            while end < len(perm) and (len(members | {shards[end]}) <= block):
+                members.add(int(shards[end]))
+                end += 1
+            assert not members & seen, (block, members, seen)
+            seen |= members
+            assert all(np.sum(shard_of[perm[at:end]] == k) == sizes[k] for k in members)
+            at = end
+        assert seen == set(range(len(sizes)))
+    assert not np.array_equal(block_permutation(11, 0, 3, sizes, 2), block_permutation(11, 0, 4, sizes, 2))
+    assert not np.array_equal(block_permutation(11, 0, 3, sizes, 16), source_permutation(11, 0, 3, sum(sizes)))
+    assert starts[-1] + sizes[-1] == sum(sizes)
+
+
+def test_global_order_under_block_shuffle_covers_each_epoch():
+    sizes = np.array([sum(SHARDS["a"]), sum(SHARDS["b"])])
+    mixture = Mixture.from_weights(("a", "b"), sizes.tolist(), None, "train")
+    order = GlobalOrder(sizes, mixture, 5, int(sizes.sum()), BlockShuffle([SHARDS["a"], SHARDS["b"]], 2))
+    for epoch in (0, 1, 7):
+        src, idx = order.samples(epoch, np.arange(int(sizes.sum())))
+        for s in (0, 1):
+            assert sorted(idx[src == s].tolist()) == list(range(sizes[s])), (epoch, s)
+        # one position at a time (the per-micro-batch path) agrees with the grouped path
+        one = [order.samples(epoch, np.array([g])) for g in range(0, int(sizes.sum()), 7)]
+        assert [(int(a[0]), int(b[0])) for a, b in one] == list(zip(src[::7].tolist(), idx[::7].tolist(), strict=True))
+
+
+def test_block_shuffle_resumes_exactly_and_refuses_another_block_size(tmp_path):
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    cfg = LoaderConfig(str(fx.flat), global_batch_size=4, micro_batch_size=2, seed=1, shuffle="block", block_shards=2)
+    full = PackedLoader(cfg)
+    want = take(full) + take(full)  # two epochs
+    assert sample_ids(want) != sample_ids(take(PackedLoader(LoaderConfig(str(fx.flat), global_batch_size=4,
+                                                                         micro_batch_size=2, seed=1))))
+    for stop in (0, 3, 17, 44, 50):
+        first = PackedLoader(cfg)
+        got = take(first, stop) if stop < 44 else take(first) + take(first, stop - 44)
+        resumed = PackedLoader(cfg)
+        resumed.load_state_dict(first.state_dict())
+        got += take(resumed) + (take(resumed) if stop < 44 else [])
+        assert_same_batches(got, want)
+    with pytest.raises(LoaderStateError, match="shuffle"):
+        PackedLoader(LoaderConfig(str(fx.flat), global_batch_size=4, micro_batch_size=2, seed=1, shuffle="block",
+                                  block_shards=3)).load_state_dict(full.state_dict())
+
+
+# -- the cache over a local directory (no S3 needed) ---------------------------------------------------
+def test_cached_reading_matches_local_within_its_budget(tmp_path):
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    largest = max(shard_bytes(fx.flat))
+    budget = 6 * largest  # block of 2 + 1 crossing shard per source = 6 shards; the set has 12
+    assert budget < sum(shard_bytes(fx.flat))
+    common = dict(global_batch_size=4, micro_batch_size=2, seed=2, shuffle="block", block_shards=2)
+    want = take(PackedLoader(LoaderConfig(str(fx.flat), **common)))
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=budget, prefetch_steps=2)
+    loader = PackedLoader(LoaderConfig(str(fx.flat), cache=cache, **common))
+    got, peak = [], 0
+    for batch in loader:
+        got.append(batch)
+        peak = max(peak, dir_bytes(tmp_path / "cache"))
+    assert_same_batches(got, want)
+    assert 0 < peak <= budget
+    assert loader.reader.process_cache().downloaded_bytes >= sum(shard_bytes(fx.flat))  # every shard came through
+
+    with pytest.raises(LoaderConfigError, match="block_shards"):
+        PackedLoader(LoaderConfig(str(fx.flat), cache=CacheConfig(dir=str(tmp_path / "c2"), max_bytes=budget // 2),
+                                  **common))
+    with pytest.raises(LoaderConfigError, match="shuffle='block'"):
+        PackedLoader(LoaderConfig(str(fx.flat), cache=cache, global_batch_size=4, micro_batch_size=2))
+
+
+def test_cache_adopts_complete_shards_and_drops_partial_ones(tmp_path):
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=sum(shard_bytes(fx.flat)), prefetch_steps=0)
+    cfg = LoaderConfig(str(fx.flat), cache=cache, global_batch_size=4, seed=2, shuffle="block", block_shards=2)
+    first = PackedLoader(cfg)
+    want = take(first)
+    proc = next((tmp_path / "cache").glob("*/train/main"))
+    files = sorted(p for p in proc.rglob("*.bin"))
+    files[0].write_bytes(files[0].read_bytes()[:-3])  # a shard cut short (as a kill before rename cannot leave)
+    (proc / "stray.bin.tmp-1-2").write_bytes(b"x" * 10)  # a download killed mid-way
+    second = PackedLoader(cfg)
+    assert_same_batches(take(second), want)
+    c = second.reader.process_cache()
+    index = json.loads((fx.flat / "index.json").read_text())
+    cut = files[0].relative_to(proc).as_posix()
+    refetched = [sum(f["bytes"] for f in sh["files"].values()) for st in index["sets"] for sh in st["shards"]
+                 if cut in {f["path"] for f in sh["files"].values()}]
+    assert c.downloaded_bytes == refetched[0]  # only the cut shard came again; the others were adopted
+    assert not list(proc.rglob("*.tmp-*"))
+
+
+# -- S3 --------------------------------------------------------------------------------------------------
+boto3 = pytest.importorskip("boto3")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with moto_server() as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    bucket = f"b{time.time_ns()}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket, s3_endpoint
+
+
+def upload(client, bucket: str, flat: Path, prefix: str = "shards") -> str:
+    for path in sorted(p for p in flat.rglob("*") if p.is_file()):
+        client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(flat).as_posix()}")
+    return f"s3://{bucket}/{prefix}"
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("workers", [0, 2])
+def test_s3_loader_matches_local_with_a_cache_smaller_than_the_set(s3, tmp_path, workers):
+    client, bucket, endpoint = s3
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    url = upload(client, bucket, fx.flat)
+    common = dict(global_batch_size=4, micro_batch_size=2, seed=4, shuffle="block", block_shards=2,
+                  num_workers=workers)
+    want = take(PackedLoader(LoaderConfig(str(fx.flat), **common)))
+    budget = 6 * max(shard_bytes(fx.flat)) * max(1, workers)
+    assert budget // max(1, workers) < sum(shard_bytes(fx.flat))
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=budget, endpoint_url=endpoint)
+    loader = PackedLoader(LoaderConfig(url, cache=cache, **common))
+    got = take(loader)
+    assert_same_batches(got, want)
+    procs = sorted(p.name for p in (tmp_path / "cache").glob("*/train/*"))
+    assert procs == (["main"] if workers == 0 else [f"worker-{w}" for w in range(workers)])
+    assert dir_bytes(tmp_path / "cache") <= budget
+
+
+@pytest.mark.s3
+def test_s3_corrupt_object_is_a_checksum_error_naming_it(s3, tmp_path):
+    client, bucket, endpoint = s3
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    url = upload(client, bucket, fx.flat)
+    victim = next(p for p in sorted(fx.flat.rglob("*.bin")) if p.stat().st_size)
+    rel = victim.relative_to(fx.flat).as_posix()
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=f"shards/{rel}", Body=bytes(data))
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=sum(shard_bytes(fx.flat)), max_attempts=2,
+                        endpoint_url=endpoint, prefetch_steps=0)
+    loader = PackedLoader(LoaderConfig(url, cache=cache, global_batch_size=4, shuffle="block", block_shards=2))
+    with pytest.raises(RemoteChecksumError, match=rel.replace(".", r"\.")) as err:
+        take(loader)
+    assert "2 attempts" in str(err.value)
+    assert not list((tmp_path / "cache").rglob(Path(rel).name))  # nothing unverified under the final name
+
+
+@pytest.mark.s3
+def test_s3_training_resumes_exactly_after_sigkill(s3, tmp_path):
+    client, bucket, endpoint = s3
+    flat = write_shards(tmp_path / "flat")
+    url = upload(client, bucket, flat)
+    budget = 2 * max(shard_bytes(flat))  # one shard per source at a time; the set has 3 (+ validation)
+    assert budget < sum(shard_bytes(flat))
+
+    def config(ckpt: Path, remote: bool) -> dict:
+        raw = run_config(flat, ckpt, data__shuffle="block", data__block_shards=1)
+        if remote:
+            raw["data"]["data_dir"] = url
+            raw["data"]["cache"] = {"dir": str(tmp_path / "cache"), "max_bytes": budget, "endpoint_url": endpoint}
+        return raw
+
+    reference = tmp_path / "reference"
+    train_in_process(config(reference, remote=False))  # from local files, uninterrupted
+    ckpt = tmp_path / "ckpt"
+    proc = launch(["-c", KILL_AT_STEP, str(write_config(tmp_path / "run.yaml", config(ckpt, remote=True))), "5"])
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == -signal.SIGKILL, out
+    assert max(train_losses(ckpt)) == 5 and latest_step(ckpt) == 3
+    resumed = train_in_process(config(ckpt, remote=True))
+    assert resumed.resumed_from == 3 and resumed.step == 10
+    assert run_ids(ckpt) == run_ids(reference)
+    assert train_losses(ckpt) == train_losses(reference)
+    assert dir_bytes(tmp_path / "cache") <= 2 * budget  # the train and the validation loader's shares

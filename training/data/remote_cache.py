@@ -1,0 +1,304 @@
+"""A local cache of a remote shard set's files, bounded in bytes: download on demand and ahead, verify, evict.
+
+The shard set lives under s3://bucket/prefix (pyarrow's S3FileSystem, reached as the platform's storage
+is: endpoint_url, region, attempts) or a local directory (the same code path, for tests and NFS-like
+mounts). A shard is the cache's unit: its three or four files come and go together.
+
+- Download: each file is streamed to `<name>.tmp-<pid>` while its sha256 is computed, compared with the
+  index, then renamed into place (atomic: a file under its final name is complete and verified, so a
+  process killed mid-download leaves only a tmp file, removed by the next scan). A transient error or a
+  checksum mismatch is retried with exponential backoff (`max_attempts`); the last mismatch raises
+  RemoteChecksumError naming the file and both digests.
+- Budget: present files + reserved in-flight downloads never exceed `max_bytes` (tmp files are reserved
+  before their first byte is written), so the directory stays under it at every instant.
+- Eviction: only in the reader's thread (`acquire`, `plan`), least recently needed first, never a shard
+  of the current micro-batch (`pinned`) and, when prefetching, never one the next steps need; the reader
+  drops its memory map of an evicted shard (`on_evict`) before the files are unlinked.
+- Prefetch: `plan(wanted)` queues the missing shards of the next steps, in the order they are needed, as
+  far as the budget allows; one background thread downloads them. A shard still wanted by `acquire` is
+  waited for, not fetched twice.
+
+Workers: every process (the main one or each DataLoader worker) has its own directory and an equal share
+of the budget (remote_reader.py). A shared directory with file locks would download each shard once
+instead of once per worker, but needs cross-process pin counts to evict safely; per-process directories
+need no locks and keep the total bound exact, at the price of W downloads of a shard read by W workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from training.data.shard_index import FileEntry
+
+log = logging.getLogger("training.data")
+
+_CHUNK = 8 << 20  # 8 MiB reads: large enough that per-request overhead of S3 streams is small
+_BACKOFF_S = 0.2  # first retry wait; doubled each attempt (0.2, 0.4, 0.8, 1.6 s for 5 attempts)
+TMP_MARK = ".tmp-"
+
+Key = Hashable
+
+
+class RemoteDataError(OSError):
+    """A remote shard file could not be fetched (after retries); the message names it."""
+
+
+class RemoteChecksumError(RemoteDataError):
+    """A downloaded file's sha256 differs from the index on every attempt."""
+
+
+class CacheBudgetError(ValueError):
+    """The cache's byte budget cannot hold the shards that must be local at one time."""
+
+
+def is_remote(location: str) -> bool:
+    return location.startswith("s3://")
+
+
+class ObjectStore:
+    """Read access to the files under one s3:// prefix or local directory. The filesystem is created in
+    each process on first use (not pickled): AWS SDK state does not survive fork."""
+
+    def __init__(self, location: str, endpoint_url: str | None = None, region: str = "us-east-1",
+                 request_attempts: int = 5) -> None:
+        self.location = location.rstrip("/")
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.request_attempts = request_attempts
+        self._fs: pafs.FileSystem | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fs": None, "_pid": -1}
+
+    def _filesystem(self) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None or self._pid != os.getpid():
+            if is_remote(self.location):
+                self._fs = s3_filesystem(self.endpoint_url, self.region, self.request_attempts)
+            else:
+                self._fs = pafs.LocalFileSystem()
+            self._pid = os.getpid()
+        base = self.location[len("s3://"):] if is_remote(self.location) else os.path.abspath(self.location)
+        return self._fs, base
+
+    def url(self, rel: str) -> str:
+        return f"{self.location}/{rel}"
+
+    def read_bytes(self, rel: str) -> bytes:
+        fs, base = self._filesystem()
+        with fs.open_input_stream(f"{base}/{rel}") as f:
+            return f.read()
+
+    def download(self, rel: str, dest: Path) -> str:
+        """Stream `rel` into `dest` (created or truncated); returns the sha256 of what was written."""
+        fs, base = self._filesystem()
+        digest = hashlib.sha256()
+        with fs.open_input_stream(f"{base}/{rel}") as src, open(dest, "wb") as out:
+            while chunk := src.read(_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+        return digest.hexdigest()
+
+
+def s3_filesystem(endpoint_url: str | None, region: str, attempts: int) -> pafs.S3FileSystem:
+    """As platform_assets.storage.s3_filesystem builds it (training imports nothing of the platform):
+    path-style addressing on a custom endpoint (MinIO, moto), AWS's standard retry mode per request."""
+    from urllib.parse import urlparse
+
+    kwargs: dict[str, object] = {"region": region}
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint_url:
+        parsed = urlparse(endpoint_url if "://" in endpoint_url else f"https://{endpoint_url}")
+        kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme, force_virtual_addressing=False)
+    return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts), **kwargs)
+
+
+def fetch_verified(store: ObjectStore, entry: FileEntry, root: Path, max_attempts: int) -> None:
+    """Download `entry` to root/entry.path, verified against its sha256 and size, atomically."""
+    final = root / entry.path
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
+    problem = ""
+    for attempt in range(max_attempts):
+        if attempt:
+            time.sleep(_BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            sha = store.download(entry.path, tmp)
+        except OSError as err:  # pyarrow's IO errors are OSErrors: connection refused, reset, 5xx after its retries
+            problem = f"{type(err).__name__}: {err}"
+            log.warning("download of %s failed (attempt %d of %d): %s", store.url(entry.path), attempt + 1,
+                        max_attempts, problem)
+            continue
+        size = tmp.stat().st_size
+        if sha == entry.sha256 and size == entry.bytes:
+            os.replace(tmp, final)
+            return
+        problem = f"sha256 {sha} ({size} bytes), the index says {entry.sha256} ({entry.bytes} bytes)"
+        log.warning("download of %s does not match the index (attempt %d of %d): %s", store.url(entry.path),
+                    attempt + 1, max_attempts, problem)
+    tmp.unlink(missing_ok=True)
+    if problem.startswith("sha256"):
+        raise RemoteChecksumError(f"{store.url(entry.path)}: {problem} on all {max_attempts} attempts: the "
+                                  f"object is corrupt or from another build")
+    raise RemoteDataError(f"{store.url(entry.path)}: download failed {max_attempts} times, last: {problem}")
+
+
+class ShardCache:
+    """The shards of one process, in `root`, within `max_bytes` (see the module doc)."""
+
+    def __init__(self, store: ObjectStore, root: Path, shards: dict[Key, tuple[FileEntry, ...]], max_bytes: int,
+                 max_attempts: int, on_evict: Callable[[Key], None] = lambda key: None) -> None:
+        self.store = store
+        self.root = root
+        self.shards = shards
+        self.max_bytes = max_bytes
+        self.max_attempts = max_attempts
+        self.on_evict = on_evict
+        self._bytes = {k: sum(f.bytes for f in files) for k, files in shards.items()}
+        largest = max(self._bytes.values(), default=0)
+        if largest > max_bytes:
+            raise CacheBudgetError(f"cache budget {max_bytes} bytes < the largest shard ({largest} bytes)")
+        self._cond = threading.Condition()
+        self._present: OrderedDict[Key, int] = OrderedDict()  # least recently needed first
+        self._inflight: dict[Key, int] = {}
+        self._failed: set[Key] = set()
+        self._pinned: set[Key] = set()
+        self._queue: deque[Key] = deque()
+        self._thread: threading.Thread | None = None
+        self.downloaded_bytes = 0
+        self.fetched_on_demand = 0
+        """Shards the reader had to wait for because no prefetch had brought them (misses)."""
+        self._scan()
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def used_bytes(self) -> int:
+        return sum(self._present.values()) + sum(self._inflight.values())
+
+    def present(self) -> list[Key]:
+        with self._cond:
+            return list(self._present)
+
+    def _scan(self) -> None:
+        """Adopt complete shards a previous process left (files only get their names once verified), drop
+        tmp files and partial shards, then trim to the budget."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path in self.root.rglob(f"*{TMP_MARK}*"):
+            path.unlink(missing_ok=True)
+        for key, files in self.shards.items():
+            sizes = [(self.root / f.path).stat().st_size if (self.root / f.path).exists() else -1 for f in files]
+            if all(s == f.bytes for s, f in zip(sizes, files, strict=True)):
+                self._present[key] = self._bytes[key]
+            elif any(s >= 0 for s in sizes):
+                self._remove_files(key)
+        while self.used_bytes > self.max_bytes:
+            self._evict(next(iter(self._present)))
+
+    def _remove_files(self, key: Key) -> None:
+        for f in self.shards[key]:
+            (self.root / f.path).unlink(missing_ok=True)
+
+    def _evict(self, key: Key) -> None:
+        del self._present[key]
+        self.on_evict(key)  # the reader drops its map first: unlinking a mapped file keeps its blocks in use
+        self._remove_files(key)
+
+    def _make_room(self, need: int, keep: set[Key]) -> bool:
+        """Evict least recently needed present shards outside `keep` until `need` more bytes fit."""
+        for key in [k for k in self._present if k not in keep]:
+            if self.used_bytes + need <= self.max_bytes:
+                break
+            self._evict(key)
+        return self.used_bytes + need <= self.max_bytes
+
+    # -- the reader's side ---------------------------------------------------------------------------
+    def acquire(self, keys: Sequence[Key], add: bool = False) -> None:
+        """Make `keys` (the shards of the micro-batch being read) local and pin them until the next call
+        (add=True: pin them besides those already pinned)."""
+        keys = list(dict.fromkeys(keys))
+        with self._cond:
+            self._pinned = self._pinned | set(keys) if add else set(keys)
+        for key in keys:
+            with self._cond:
+                while key in self._inflight:
+                    self._cond.wait()
+                if key in self._present:
+                    self._present.move_to_end(key)
+                    continue
+                need = self._bytes[key]
+                while not self._make_room(need, self._pinned):
+                    if not self._inflight:
+                        raise CacheBudgetError(
+                            f"cache budget {self.max_bytes} bytes cannot hold the shards of one micro-batch "
+                            f"({sum(self._bytes[k] for k in self._pinned)} bytes in {len(self._pinned)} shards)")
+                    self._cond.wait()  # prefetches in flight hold the room: they finish, then can be evicted
+                self._inflight[key] = need
+                self.fetched_on_demand += 1
+            self._download(key)
+
+    def plan(self, wanted: Iterable[Key]) -> None:
+        """Queue the missing shards of the next steps, first needed first, as far as the budget allows;
+        evicts shards needed neither now nor by them to make room."""
+        wanted = list(dict.fromkeys(wanted))
+        with self._cond:
+            keep = self._pinned | set(wanted)
+            queue: deque[Key] = deque()
+            room_taken = 0
+            for key in wanted:
+                if key in self._present or key in self._inflight:
+                    continue
+                need = self._bytes[key]
+                if not self._make_room(room_taken + need, keep):
+                    break  # later shards are needed later: the ones before them have the room
+                room_taken += need
+                queue.append(key)
+            self._failed.clear()
+            self._queue = queue
+            if queue and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    # -- downloads ---------------------------------------------------------------------------------
+    def _download(self, key: Key) -> None:
+        try:
+            for f in self.shards[key]:
+                fetch_verified(self.store, f, self.root, self.max_attempts)
+        except BaseException:
+            with self._cond:
+                self._inflight.pop(key, None)
+                self._remove_files(key)
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._present[key] = self._inflight.pop(key)
+            self.downloaded_bytes += self._bytes[key]
+            self._cond.notify_all()
+
+    def _prefetch_loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._cond.wait_for(lambda: bool(self._queue), timeout=30):
+                    self._thread = None  # idle: the next plan() starts a new thread
+                    return
+                key = self._queue.popleft()
+                need = self._bytes[key]
+                if key in self._present or key in self._inflight or key in self._failed or \
+                        self.used_bytes + need > self.max_bytes:
+                    continue
+                self._inflight[key] = need
+            try:
+                self._download(key)
+            except Exception as err:  # acquire() fetches it again in the reader's thread and raises there
+                log.warning("prefetch of shard %s failed: %s", key, err)
+                with self._cond:
+                    self._failed.add(key)
