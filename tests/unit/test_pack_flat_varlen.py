@@ -11,7 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
+from test_packing_stage import LONG_ID, OUT_REL, _documents, _run
+from test_packing_stage import SEQ_LEN as STAGE_SEQ_LEN
 
 from platform_assets.packing.formats import FORMATS, format_names
 from platform_assets.packing.samples import ShardSamples
@@ -131,3 +134,31 @@ def test_a_flipped_byte_or_a_truncated_file_is_reported(written, tmp_path, role)
     assert any(f"{len(data) - 1} bytes, index says {len(data)}" in p for p in problems)
     if role != "seqlens":  # the other sizes follow from the shard's counts
         assert any("the shard's counts need" in p for p in problems)
+
+
+@pytest.mark.parametrize("overlong", ["split", "filter"])
+def test_through_the_packing_stage_unpacked_samples_take_only_their_tokens(tmp_path, overlong):
+    """`packing: {strategy: none, formats: [flat, flat_varlen]}`: one document (piece) per sample, the
+    150-token document split into 64 + 64 + 22 or dropped, exactly as `flat` holds them, minus padding."""
+    root, _, result = _run(tmp_path, _documents(), formats=("flat_varlen", "flat"), strategy="none",
+                           overlong=overlong)
+    out = root / OUT_REL
+    assert result.formats == ("flat", "flat_varlen")
+    assert verify_shards(str(out / "flat_varlen")) == [] and verify_shards(str(out / "flat")) == []
+    flat, varlen = list(read_shard_set(str(out / "flat"))), list(read_shard_set(str(out / "flat_varlen")))
+    assert [sh["name"] for _, sh, _ in varlen] == [sh["name"] for _, sh, _ in flat]
+    for (_, _, a), (_, _, b) in zip(flat, varlen, strict=True):
+        assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.seqlens, b.seqlens)
+        assert np.array_equal(a.seqptr, np.arange(a.samples + 1))  # strategy none: one segment per sample
+        assert (a.loss_mask is None) == (b.loss_mask is None)
+        assert a.loss_mask is None or np.array_equal(a.loss_mask, b.loss_mask)
+    flat_ix, varlen_ix = load_index(str(out / "flat")), load_index(str(out / "flat_varlen"))
+    assert varlen_ix["totals"] == flat_ix["totals"]
+    assert int(np.concatenate([s.seqlens for _, _, s in varlen]).max()) == STAGE_SEQ_LEN
+    itemsize = 2  # uint16 tokens
+    for e_flat, e_var in zip(flat_ix["sets"], varlen_ix["sets"], strict=True):
+        for sf, sv in zip(e_flat["shards"], e_var["shards"], strict=True):
+            assert sv["files"]["tokens"]["bytes"] == sv["tokens"] * itemsize
+            assert sf["files"]["tokens"]["bytes"] == sf["samples"] * STAGE_SEQ_LEN * itemsize
+    excluded = pq.read_table(out / "_exclusions.parquet")["id"].to_pylist()
+    assert excluded == ([LONG_ID] if overlong == "filter" else [])
