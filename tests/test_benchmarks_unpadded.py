@@ -35,3 +35,5 @@ def test_unpadded_shards_both_sides(tmp_path: Path, monkeypatch):
     # padded: every sample's 2048 positions (uint16); unpadded: its tokens; both + seqlens, seqptr (+ offsets)
     assert fig["bytes on disk"]["peer"] * mb > samples * 2048 * 2
     assert tokens * 2 < fig["bytes on disk"]["ours"] * mb < samples * 2048 * 2
+    filtered = fig["bytes on disk, overlong=filter"]
+    assert 0 < filtered["ours"] < filtered["peer"] < fig["bytes on disk"]["peer"]  # overlong documents dropped
