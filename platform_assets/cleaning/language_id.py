@@ -19,9 +19,14 @@ None matches py3langid's accuracy and is clearly faster, so the step keeps it, b
 
 ("folding": individual languages that have no ISO 639-1 code are reported as their ISO 639
 macrolanguage, summing their probabilities: yue/wuu -> zh, ary/arz -> ar, uzs -> uz, ltg -> lv,
-sdh -> ku. Traditional-script Mandarin and Cantonese are hard to tell apart on 200 characters; both
-are `zh` to anyone filtering by language.) The remaining errors are command synopses and lists of
-man-page names, which are not in any language.
+sdh -> ku, fuv -> ff, gug -> gn. Traditional-script Mandarin and Cantonese are hard to tell apart on
+200 characters; both are `zh` to anyone filtering by language.) The remaining errors are command
+synopses and lists of man-page names, which are not in any language.
+
+Issue #17 (short texts, tags, scripts), each in its own module: language_tags.py (the reported form
+of a label and how BCP-47 allow-list entries match it), language_script.py (the text's Unicode
+script: a label whose language is not written in it is refused), language_bands.py (per length
+band thresholds: 1-3 and 4-10 word texts score lower for the same evidence).
 """
 
 from __future__ import annotations
@@ -38,19 +43,22 @@ import numpy as np
 import pyarrow as pa
 import regex
 
+from platform_assets.cleaning.language_bands import band_min_score, count_words
+from platform_assets.cleaning.language_script import LANGUAGE_SCRIPTS, reported_script, script_counts, script_share
+from platform_assets.cleaning.language_tags import (
+    PY3LANGID_LABELS,
+    UNDETERMINED,
+    AllowList,
+    reported_label,
+)
 from platform_assets.cleaning.settings import LanguageSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop, fmt
 
-UNDETERMINED = "und"  # ISO 639-2 "undetermined": no letters to judge by
-
+# Each model label the step reports differently (language_tags.reported_label): macrolanguage members
+# folded, their probabilities summed (yue/wuu -> zh, ary/arz -> ar, uzs -> uz, ltg -> lv, sdh -> ku),
+# and single renames (fuv -> ff, gug -> gn, kik -> ki, py3langid's Bokmål `no` -> nb)
 MACROLANGUAGES: dict[str, str] = {
-    "yue": "zh",  # Cantonese
-    "wuu": "zh",  # Wu
-    "ary": "ar",  # Moroccan Arabic
-    "arz": "ar",  # Egyptian Arabic
-    "uzs": "uz",  # Southern Uzbek
-    "ltg": "lv",  # Latgalian
-    "sdh": "ku",  # Southern Kurdish
+    label: reported_label(label) for label in PY3LANGID_LABELS if reported_label(label) != label
 }
 
 _LETTER_RE = regex.compile(r"\p{L}")
@@ -295,9 +303,13 @@ def _encode(sample: str) -> bytes:
 
 
 class LanguageFilter(DocumentStep):
-    """Adds `lang` and `lang_score`; removes documents below `min_score` or outside `allow`.
+    """Adds `lang`, `lang_score` and `lang_script`; removes documents below their length band's
+    threshold, in a script their language is not written in, or outside `allow`.
 
-    Rules: ``low_confidence`` (value "de:0.41 < 0.5"), ``not_allowed`` (value "de:0.98").
+    Rules: ``low_confidence`` (value "de:0.41 < 0.5": the threshold of the text's length band),
+    ``script_mismatch`` (value "am:0.98 Ethi 0% < 15% (Cans)"), ``not_allowed`` (value "de:0.98";
+    "zh-Hans:0.98" when an allow entry names a script). Label-only modalities are never removed for
+    the first two: a refused label is reported there as `und` with score 0.
     """
 
     name = "language"
@@ -305,27 +317,53 @@ class LanguageFilter(DocumentStep):
         pa.field("lang", pa.string(), nullable=True),
         # float32: a probability needs no more than 7 significant digits, and it halves the column
         pa.field("lang_score", pa.float32(), nullable=True),
+        # ISO 15924 (Latn, Cyrl, Hans, Hant, Jpan): what `zh-Hant` / `sr-Latn` allow entries match on
+        pa.field("lang_script", pa.string(), nullable=True),
     )
 
     def __init__(self, settings: LanguageSettings | None = None, **kwargs):
         settings = settings or LanguageSettings()
         super().__init__(modalities=settings.modalities, **kwargs)
         self.settings = settings
-        self.allow = frozenset(settings.allow) if settings.allow is not None else None
+        self.allow = AllowList(settings.allow) if settings.allow is not None else None
         self.identifier = LanguageIdentifier(settings.max_chars, settings.fold_macrolanguages)
+        self._longest_band = max(settings.min_score_by_words, default=0)
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any]:
-        return self.identifier.predict_many(texts)
+        predictions = self.identifier.predict_many(texts)
+        return [(*p, self._text_facts(t)) for p, t in zip(predictions, texts, strict=True)]
+
+    def _text_facts(self, text: str) -> tuple[int, Counter[str]]:
+        """Words (for the length band) and letters per script, over the part the model reads."""
+        sample = text[: self.settings.max_chars]
+        return count_words(sample, self._longest_band), script_counts(sample)
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
-        lang, score = doc.prepared or self.identifier.predict(doc.text)
-        counters[f"lang.{lang}"] += 1
-        confident = score >= self.settings.min_score
-        if not confident and doc.modality not in self.settings.label_only_modalities:
-            return Drop("low_confidence", f"{lang}:{fmt(score)} < {fmt(self.settings.min_score)}")
-        if confident and self.allow is not None and lang not in self.allow:
-            return Drop("not_allowed", f"{lang}:{fmt(score)}")
+        if doc.prepared is not None:
+            lang, score, (words, scripts) = doc.prepared
+        else:
+            (lang, score), (words, scripts) = self.identifier.predict(doc.text), self._text_facts(doc.text)
+        label_only = doc.modality in self.settings.label_only_modalities
+        script = reported_script(lang, scripts)
+        share = script_share(lang, scripts)
+        if share < self.settings.min_script_share:
+            counters[f"lang.{UNDETERMINED}"] += 1
+            if not label_only:
+                langs_scripts = "+".join(sorted(LANGUAGE_SCRIPTS[lang]))
+                return Drop("script_mismatch", f"{lang}:{fmt(score)} {langs_scripts} {share:.0%} < "
+                                               f"{self.settings.min_script_share:.0%} ({script})")
+            lang, score = UNDETERMINED, 0.0
+        else:
+            counters[f"lang.{lang}"] += 1
+        min_score = band_min_score(words, self.settings.min_score_by_words, self.settings.min_score)
+        confident = score >= min_score
+        if not confident and not label_only:
+            return Drop("low_confidence", f"{lang}:{fmt(score)} < {fmt(min_score)}")
+        if confident and self.allow is not None and not self.allow.allows(lang, script):
+            tag = f"{lang}-{script}" if script and self.allow.names_scripts else lang
+            return Drop("not_allowed", f"{tag}:{fmt(score)}")
         doc.out["lang"] = lang
         doc.out["lang_score"] = score
+        doc.out["lang_script"] = script
         doc.lang = lang
         return None

@@ -161,11 +161,23 @@ class LanguageSettings(StrictModel):
     enabled: bool = True
     modalities: tuple[str, ...] | None = None
     allow: tuple[str, ...] | None = None
-    """Keep only these language codes (ISO 639-1 where one exists); None keeps every language."""
+    """Keep only these languages, as BCP-47 tags: `de`, `deu`, `pt-BR` (regions are ignored: the model
+    tells languages apart, not regional varieties), `no` (matches `nb` and `nn`), `zh` (any script),
+    `zh-Hant` / `zh-Hans` (that script, or Han text both share), `sr-Latn`, `fuv` (read as its
+    macrolanguage `ff`). Rules: platform_assets/cleaning/language_tags.py. A tag naming no language
+    the identifier reports is a configuration error. None keeps every language."""
     # py3langid's probabilities are softmax-normalised with a temperature of sqrt(bytes), unlike
     # fastText's. On the 3,200 man-page paragraphs (mean 200 chars): 99.4% accuracy overall; 0.5 keeps
     # 98.8% of them at 99.84% accuracy, 0.65 (FineWeb's fastText number) keeps 98.2%.
     min_score: Ratio = 0.5
+    min_score_by_words: dict[int, Ratio] = {3: 0.25, 10: 0.3}
+    """Thresholds for short texts, by length band: `{3: 0.25, 10: 0.3}` means texts of 1-3 words need
+    0.25, 4-10 words 0.3, longer ones `min_score` (words: language_bands.count_words, 2 Han/kana
+    characters a word). py3langid's score falls with length (temperature sqrt(bytes)): on 3,278 NAME
+    lines of translated man pages, 0.5 removed 16% of the correctly identified 1-3 word lines and 9%
+    of the 4-10 word ones. Chosen on those lines per band: the most right decisions (correct kept +
+    wrong removed), the highest threshold within 0.5% of the best (benchmarks/langid_accuracy.py,
+    RESULTS.md "Language ID: short texts"). `{}`: `min_score` for every length."""
     # Accuracy saturates after a few hundred characters (99.4% on 200-char paragraphs); reading at most
     # 2,048 characters bounds the cost at ~2 ms per document whatever its size.
     max_chars: Annotated[int, Field(gt=0)] = 2048
@@ -176,7 +188,26 @@ class LanguageSettings(StrictModel):
     background."). A confident score outside `allow` still removes them."""
     fold_macrolanguages: bool = True
     """Report individual languages that lack an ISO 639-1 code as their macrolanguage: Cantonese and
-    Wu as zh, Moroccan/Egyptian Arabic as ar, ... (without it, 16% of zh_TW paragraphs come out 'yue')."""
+    Wu as zh, Moroccan/Egyptian Arabic as ar, Nigerian Fulfulde as ff, ... and py3langid's Bokmål
+    `no` as nb (language_tags.py; without it, 16% of zh_TW paragraphs come out 'yue'). False: the
+    model's own labels, for comparison only (allow-lists and script checks expect the folded ones)."""
+    min_script_share: Ratio = 0.15
+    """Refuse the label when fewer of the text's letters than this are in a script its language is
+    written in (language_script.LANGUAGE_SCRIPTS): py3langid labels Canadian syllabics, which it was
+    never trained on, Amharic at 0.98. Shares are of letter bytes (UTF-8, as the model reads): the
+    lowest among correctly labelled man-page texts is 0.43 on the 3,200 paragraphs (Japanese with
+    English option names) and 0.31 on the NAME lines ("PostgreSQL Tcl/Tk shell 客戶端"). A refused
+    label is removed as `script_mismatch` (label-only modalities: reported as `und`, score 0)."""
+
+    @model_validator(mode="after")
+    def _allow_tags_are_known(self) -> LanguageSettings:
+        from platform_assets.cleaning.language_tags import AllowList  # no import cycle: it imports no settings
+
+        if self.allow is not None:
+            AllowList(self.allow)  # ValueError naming the unknown tags
+        if any(n <= 0 for n in self.min_score_by_words):
+            raise ValueError("min_score_by_words: word counts must be positive")
+        return self
 
 
 # -- blocklist, PII -----------------------------------------------------------------------------------

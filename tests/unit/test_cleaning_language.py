@@ -86,7 +86,7 @@ def test_only_a_prefix_is_read_so_cost_is_bounded(identifier):
 
 
 def test_language_step_adds_columns_and_removes_by_threshold_and_allow_list():
-    step = LanguageFilter(LanguageSettings(allow=("en", "de"), min_score=0.5))
+    step = LanguageFilter(LanguageSettings(allow=("en", "de"), min_score=0.5, min_score_by_words={}))  # one threshold
     texts = [SENTENCES["en"], SENTENCES["fr"], SENTENCES["de"], "42 42 42", "ok"]
     r = step(batch(texts))
     assert r.kept.column("id").to_pylist() == ["d0", "d2"]

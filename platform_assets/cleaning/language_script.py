@@ -1,0 +1,159 @@
+"""The Unicode script of a text, and the scripts each reported language is written in.
+
+py3langid scores byte n-grams; on text in a script it was never trained on it still answers, and
+confidently: 20 words of Canadian syllabics (Cree, Inuktitut; no such label in its 140) come out
+Amharic at 0.98, because Ethiopic is the other script of 3-byte UTF-8 letters it knows least. The
+language step refuses a label when too few of the text's letters are in a script the language is
+written in (`LanguageSettings.min_script_share`).
+
+Scripts are counted over letters only (`\\p{L}`; marks, digits, punctuation carry no script) with the
+`regex` package's Unicode Script property, and named by their ISO 15924 codes. Each letter weighs its
+UTF-8 bytes, as the model reads them: a Han character (3 bytes) says as much about a text as a short
+Latin word, and "PostgreSQL TCLshell 客户端" is 14% Han by letters but 33% by bytes. Han letters are
+reported as `Hans` / `Hant` when simplified-only characters outnumber traditional-only ones or the
+reverse, `Hani` when neither does (see :func:`han_variant`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+
+import regex
+
+# ISO 15924 code -> the Unicode Script property value `regex` knows it by
+_SCRIPTS = {
+    "Latn": "Latin", "Cyrl": "Cyrillic", "Grek": "Greek", "Arab": "Arabic", "Hebr": "Hebrew",
+    "Armn": "Armenian", "Geor": "Georgian", "Ethi": "Ethiopic", "Deva": "Devanagari",
+    "Beng": "Bengali", "Guru": "Gurmukhi", "Gujr": "Gujarati", "Orya": "Oriya", "Taml": "Tamil",
+    "Telu": "Telugu", "Knda": "Kannada", "Mlym": "Malayalam", "Sinh": "Sinhala", "Thai": "Thai",
+    "Laoo": "Lao", "Khmr": "Khmer", "Mymr": "Myanmar", "Tibt": "Tibetan", "Hani": "Han",
+    "Hira": "Hiragana", "Kana": "Katakana", "Hang": "Hangul", "Bopo": "Bopomofo", "Cans":
+    "Canadian_Aboriginal", "Mong": "Mongolian", "Thaa": "Thaana", "Syrc": "Syriac", "Cher":
+    "Cherokee", "Tfng": "Tifinagh", "Adlm": "Adlam", "Nkoo": "Nko", "Java": "Javanese",
+}
+OTHER_SCRIPT = "Zzzz"  # ISO 15924 "unknown": a letter of a script not listed above
+_SCRIPT_RE = regex.compile(
+    "|".join(rf"(?P<{code}>[\p{{{name}}}&&\p{{L}}]+)" for code, name in _SCRIPTS.items())
+    + rf"|(?P<{OTHER_SCRIPT}>\p{{L}}+?)",
+    regex.V1,
+)
+_NOT_LETTERS_RE = regex.compile(r"\P{L}+")
+_NON_LATIN_LETTER_RE = regex.compile(r"[\p{L}--\p{Latin}]", regex.V1)
+
+_LATN, _CYRL, _ARAB = frozenset({"Latn"}), frozenset({"Cyrl"}), frozenset({"Arab"})
+_HAN = frozenset({"Hani", "Hans", "Hant"})
+# Scripts each reported language (language_tags.REPORTED_LANGUAGES) is written in today, from the
+# Unicode CLDR's language-script data (supplementalData.xml <languageData>, primary and secondary
+# scripts) for these languages. `zxx` (no linguistic content) has no script to check.
+LANGUAGE_SCRIPTS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(
+        "ace af an bcl br ca cs cy da de en eo es et eu ext fi fo fr fy ga gcf gcr gd gl gn guw ht hu "
+        "id ig is it ki kab la lb lg lij ln lt lv mg ms mt nb nl nn nso oc om pcm pl pt qu ro rw se sk "
+        "sl sn so sq st sv sw tl tr vec vi vo wa xh yo zu".split(), _LATN),
+    **dict.fromkeys("ba be bg kk ky mk ru tg tt uk".split(), _CYRL),
+    **dict.fromkeys("ar fa ps ur ug".split(), _ARAB),
+    "az": frozenset({"Latn", "Cyrl", "Arab"}), "bs": frozenset({"Latn", "Cyrl"}),
+    "crh": frozenset({"Latn", "Cyrl"}), "ff": frozenset({"Latn", "Adlm", "Arab"}),
+    "ha": frozenset({"Latn", "Arab"}), "hr": _LATN, "jv": frozenset({"Latn", "Java"}),
+    "ku": frozenset({"Latn", "Arab", "Cyrl"}), "mn": frozenset({"Cyrl", "Mong"}),
+    "sr": frozenset({"Cyrl", "Latn"}), "tk": frozenset({"Latn", "Cyrl"}),
+    "uz": frozenset({"Latn", "Cyrl", "Arab"}), "he": frozenset({"Hebr"}), "hbo": frozenset({"Hebr"}),
+    "el": frozenset({"Grek"}), "grc": frozenset({"Grek"}), "hy": frozenset({"Armn"}),
+    "ka": frozenset({"Geor"}), "am": frozenset({"Ethi"}),
+    "hi": frozenset({"Deva"}), "mr": frozenset({"Deva"}), "ne": frozenset({"Deva"}),
+    "sa": frozenset({"Deva"}), "gom": frozenset({"Deva", "Latn", "Knda"}),
+    "bn": frozenset({"Beng"}), "as": frozenset({"Beng"}), "pa": frozenset({"Guru", "Arab"}),
+    "gu": frozenset({"Gujr"}), "or": frozenset({"Orya"}), "ta": frozenset({"Taml"}),
+    "te": frozenset({"Telu"}), "kn": frozenset({"Knda"}), "ml": frozenset({"Mlym"}),
+    "si": frozenset({"Sinh"}), "th": frozenset({"Thai"}), "lo": frozenset({"Laoo"}),
+    "km": frozenset({"Khmr"}), "my": frozenset({"Mymr"}), "dz": frozenset({"Tibt"}),
+    "zh": _HAN | {"Bopo"}, "ja": _HAN | {"Hira", "Kana"}, "ko": frozenset({"Hang"}) | _HAN,
+}
+
+
+def script_counts(text: str) -> Counter[str]:
+    """UTF-8 bytes of letters per ISO 15924 script; Han under `Hans`, `Hant` or `Hani` (the text's variant)."""
+    counts: Counter[str] = Counter()
+    if text.isascii():  # most documents: every ASCII letter is Latin
+        letters = sum(c.isalpha() for c in text)
+        if letters:
+            counts["Latn"] = letters
+        return counts
+    letters_only = _NOT_LETTERS_RE.sub("", text)
+    if not _NON_LATIN_LETTER_RE.search(letters_only):  # accented Latin text: one scan, not 38 branches
+        if letters_only:
+            counts["Latn"] = len(letters_only.encode("utf-8", "surrogatepass"))
+        return counts
+    for match in _SCRIPT_RE.finditer(letters_only):
+        counts[match.lastgroup] += len(match.group().encode("utf-8", "surrogatepass"))
+    if counts["Hani"]:
+        counts[han_variant(text)] += counts.pop("Hani")
+    return +counts
+
+
+def dominant_script(counts: Counter[str]) -> str | None:
+    """The script with the most letters (ties: the code first in alphabetical order); None: no letter."""
+    return min(counts, key=lambda s: (-counts[s], s)) if counts else None
+
+
+def script_share(language: str, counts: Counter[str]) -> float:
+    """The share of the letter bytes written in a script of `language` (1.0 for a language without
+    a table entry or a text without letters: nothing to refuse it on)."""
+    total = sum(counts.values())
+    scripts = LANGUAGE_SCRIPTS.get(language)
+    if scripts is None or not total:
+        return 1.0
+    return sum(n for s, n in counts.items() if s in scripts) / total
+
+
+@cache
+def _han_forms() -> tuple[frozenset[str], frozenset[str]]:
+    """(simplified-only, traditional-only) CJK Unified Ideographs: encodable in GB 2312 but not in
+    Big5, and the reverse. GB 2312 is the mainland simplified set (6,763 hanzi), Big5 Taiwan's
+    traditional set (13,060): of U+4E00..U+9FA5, 2,380 are only in the first and 8,678 only in the
+    second. It reads every zh_CN paragraph of the man-page set but one (only shared characters) as
+    Hans and every zh_TW one as Hant."""
+    simplified, traditional = [], []
+    for cp in range(0x4E00, 0x9FA6):
+        char = chr(cp)
+        in_gb, in_big5 = _encodes(char, "gb2312"), _encodes(char, "big5")
+        if in_gb and not in_big5:
+            simplified.append(char)
+        elif in_big5 and not in_gb:
+            traditional.append(char)
+    return frozenset(simplified), frozenset(traditional)
+
+
+def _encodes(char: str, codec: str) -> bool:
+    try:
+        char.encode(codec)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def han_variant(text: str) -> str:
+    """`Hans` when the text's simplified-only characters outnumber its traditional-only ones, `Hant`
+    for the reverse, `Hani` when they are even (most often: none of either, "文件" is both)."""
+    simplified, traditional = _han_forms()
+    n_simplified = sum(c in simplified for c in text)
+    n_traditional = sum(c in traditional for c in text)
+    if n_simplified > n_traditional:
+        return "Hans"
+    if n_traditional > n_simplified:
+        return "Hant"
+    return "Hani"
+
+
+_COMPOSITE = {"ja": "Jpan", "ko": "Kore"}  # ISO 15924's codes for Japanese and Korean mixed writing
+
+
+def reported_script(language: str, counts: Counter[str]) -> str | None:
+    """The `lang_script` of a text labelled `language`: the most used of its language's scripts
+    (`Jpan` / `Kore` for Japanese / Korean), else the text's dominant script; None without letters."""
+    scripts = LANGUAGE_SCRIPTS.get(language)
+    if language in _COMPOSITE and scripts is not None and any(s in scripts for s in counts):
+        return _COMPOSITE[language]
+    own = Counter({s: n for s, n in counts.items() if scripts is None or s in scripts})
+    return dominant_script(own or counts)
