@@ -174,10 +174,11 @@ class LanguageSettings(StrictModel):
     """Thresholds for short texts, by length band: `{3: 0.25, 10: 0.3}` means texts of 1-3 words need
     0.25, 4-10 words 0.3, longer ones `min_score` (words: language_bands.count_words, 2 Han/kana
     characters a word). py3langid's score falls with length (temperature sqrt(bytes)): on 3,278 NAME
-    lines of translated man pages, 0.5 removed 16% of the correctly identified 1-3 word lines and 9%
-    of the 4-10 word ones. Chosen on those lines per band: the most right decisions (correct kept +
-    wrong removed), the highest threshold within 0.5% of the best (benchmarks/langid_accuracy.py,
-    RESULTS.md "Language ID: short texts"). `{}`: `min_score` for every length."""
+    lines of translated man pages, 0.5 removed 15% of the correctly identified 1-3 word lines and 7.5%
+    of the 4-10 word ones (these bands: 4.7% and 2.5%). Chosen on those lines per band: the most
+    right decisions (correct kept + wrong removed), the highest threshold within 0.5% of the best
+    (benchmarks/langid_accuracy.py, RESULTS.md "Language ID: short texts"). `{}`: `min_score` for
+    every length."""
     # Accuracy saturates after a few hundred characters (99.4% on 200-char paragraphs); reading at most
     # 2,048 characters bounds the cost at ~2 ms per document whatever its size.
     max_chars: Annotated[int, Field(gt=0)] = 2048
