@@ -15,14 +15,21 @@ starts with its own tokens, which is also what a model sees at inference (the pr
 then the answer is generated token by token). Where no pre-token straddles an edge (content that
 does not start with whitespace, ends before a special token), both ways give the same ids; the
 tests pin that against transformers.
+
+A template without generation blocks (most pretrained tokenizers' own) gets its assistant spans from
+chat_turn_spans.py (rendered prefixes) instead; the segments are cut the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from platform_assets.tokenize.chat_turn_spans import prefix_spans
 from platform_assets.tokenize.conversations import Message
+from platform_assets.tokenize.settings import GENERATION_TAG_RE
 
 _UNSAFE_IN_LITERAL = ("'", "\\", "{", "}", "%")
 
@@ -58,8 +65,20 @@ class RenderedChat:
     give `text`."""
 
 
-def render_chat(template: str, messages: list[Message], variables: dict[str, Any]) -> RenderedChat:
-    """Render one conversation; raises what the template raises (jinja2 TemplateError etc.)."""
+@lru_cache(maxsize=8)
+def marks_generation(template: str) -> bool:
+    """The template has `{% generation %}` blocks: they, not the rendered prefixes, say what the loss counts."""
+    return GENERATION_TAG_RE.search(template) is not None
+
+
+def render_chat(template: str, messages: list[Message], variables: dict[str, Any],
+                turn_end_tokens: Sequence[str] = ()) -> RenderedChat:
+    """Render one conversation; raises what the template raises (jinja2 TemplateError etc.), and, for a
+    template without generation blocks, chat_turn_spans.TurnsNotMaskable. `turn_end_tokens`: the
+    tokenizer's special tokens, which end an assistant turn in such a template."""
+    if not marks_generation(template):
+        text, spans = prefix_spans(template, messages, variables, turn_end_tokens)
+        return RenderedChat(text, split_segments(text, spans))
     # transformers costs ~1 s to import; a corpus without chat documents never needs it
     from transformers.utils.chat_template_utils import render_jinja_template
 

@@ -13,7 +13,8 @@ null for plain text: every token counts), `num_tokens`, `loss_tokens` (int32).
   template into segments (chat_template.py); all segments of a slice are one more batched call,
   and the mask is each segment's flag repeated over its tokens: 1 on what the template's
   generation blocks hold (with the default template: each assistant content and its
-  `<|im_end|>`), 0 elsewhere (BOS and EOS included).
+  `<|im_end|>`) or, for a template without them, on each assistant turn found from rendered
+  prefixes (chat_turn_spans.py), 0 elsewhere (BOS and EOS included).
 - A malformed chat document, a chat document left without an assistant token, and a document
   whose text encodes to no token (empty) are dropped and returned as exclusions (id, rule,
   value, bytes). A chunk of a chat document without an assistant token is dropped and counted
@@ -39,6 +40,7 @@ from tokenizers import Tokenizer
 
 from platform_assets.contracts import Counts
 from platform_assets.tokenize.chat_template import render_chat
+from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
@@ -191,7 +193,11 @@ class DocumentEncoder:
                 drops[row] = (parsed.rule, parsed.value)
                 continue
             try:
-                rendered = render_chat(self.artifact.chat_template, parsed, self._template_vars)
+                rendered = render_chat(self.artifact.chat_template, parsed, self._template_vars,
+                                       self.artifact.control_tokens)
+            except TurnsNotMaskable as err:
+                drops[row] = (TokenizeRule.CHAT_TURNS_NOT_MASKABLE, str(err))
+                continue
             except Exception as err:  # a template may raise anything; one bad document must not stop the batch
                 drops[row] = (TokenizeRule.CHAT_TEMPLATE_ERROR, f"{type(err).__name__}: {err}")
                 continue

@@ -26,6 +26,9 @@ class TokenizeRule:
     end the turn early, encoded as text it would not mean what the author of the data meant."""
     CHAT_TEMPLATE_ERROR = "tokenize.chat_template_error"
     """The chat template raised (e.g. a custom template's `raise_exception` on a role order)."""
+    CHAT_TURNS_NOT_MASKABLE = "tokenize.chat_turns_not_maskable"
+    """A template without `{% generation %}` blocks renders this conversation in a way its assistant
+    turns cannot be found exactly from rendered prefixes (chat_turn_spans.py says which check failed)."""
     NO_LOSS_TOKENS = "tokenize.no_loss_tokens"
     """A chat document with no assistant token left (no assistant message, or truncation cut them)."""
     NO_TOKENS = "tokenize.no_tokens"
