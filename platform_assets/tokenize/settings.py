@@ -16,8 +16,15 @@ from pydantic import Field, model_validator
 from platform_assets.contracts import StrictModel
 
 GENERATION_TAG_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
+OWN_TEMPLATE = "own"
+CHATML_TEMPLATE = "chatml"
 _TRAINING_FIELDS = ("algorithm", "vocab_size", "min_frequency", "max_train_bytes", "max_train_documents")
 BYTE_ALPHABET_SIZE = 256  # every algorithm trains on the byte-level alphabet (see tokenizer_build.py)
+
+
+def is_inline_template(value: str) -> bool:
+    """A Jinja template rather than a keyword or a file path: it prints or runs something."""
+    return "{{" in value or "{%" in value
 
 
 class SpecialTokens(StrictModel):
@@ -25,7 +32,9 @@ class SpecialTokens(StrictModel):
     pad, bos, unk, chat_start, chat_end). A pretrained one keeps the tokens it declares itself; for a
     role it does not declare, the string here is used if the vocabulary has it (GPT-2's bare
     tokenizer.json declares nothing and has `<|endoftext|>`), else pad falls back to eos and bos to
-    none; the two ChatML tokens are added when the vocabulary lacks them."""
+    none. The two ChatML tokens are added when the ChatML template is used and the vocabulary lacks
+    them; with another template they are roles only where the vocabulary has them and the template
+    writes them."""
 
     eos: str = "<|endoftext|>"
     pad: str | None = "<|pad|>"
@@ -78,11 +87,19 @@ class TokenizerSettings(StrictModel):
     hash of their id (xxh3, seed 0): a uniform sample across sources, independent of part order."""
     special_tokens: SpecialTokens = SpecialTokens()
     chat_template: str | None = None
-    """Jinja chat template for documents whose meta holds `messages`. None: ChatML
-    (`<|im_start|>role\\ncontent<|im_end|>\\n`) with each assistant message's content and its
-    `<|im_end|>` inside `{% generation %}...{% endgeneration %}`, which is what the loss mask counts.
-    A custom template must mark what the loss counts the same way. It replaces a pretrained
-    tokenizer's own template (most hub templates have no generation markers, so no mask)."""
+    """Jinja chat template for documents whose meta holds `messages`:
+    - `own`: the pretrained tokenizer's own template (a save_pretrained directory's
+      chat_template.jinja / tokenizer_config.json), kept as it is; no token is added, so the shards'
+      vocabulary is the model's (Llama 3: 128,256 ids stay 128,256);
+    - `chatml`: `<|im_start|>role\\ncontent<|im_end|>\\n`, each assistant message's content and its
+      `<|im_end|>` inside `{% generation %}...{% endgeneration %}`; the two tokens are added when the
+      vocabulary lacks them (GPT-2: 50,257 -> 50,259 ids);
+    - a Jinja string (it holds `{{` or `{%`), or the path of a file holding one (relative to the
+      config's folder).
+    None: `own` when the pretrained tokenizer has a template, else `chatml`.
+    What the loss counts: a template's `{% generation %}` blocks when it has them; otherwise each
+    assistant turn is found by rendering the conversation's prefixes (chat_turn_spans.py), and a
+    template whose turns cannot be found exactly that way is refused when the tokenizer is built."""
     add_bos: bool = False
     """Prepend BOS to every document (needs a bos token). Not for a chat document whose rendering
     already starts with it (templates that write `{{ bos_token }}` themselves)."""
@@ -112,10 +129,19 @@ class TokenizerSettings(StrictModel):
             if self.vocab_size <= floor:
                 raise ValueError(f"tokenizer.vocab_size {self.vocab_size} leaves no room for merges: "
                                  f"the byte alphabet and special tokens take {floor}")
-        if self.chat_template is not None and not GENERATION_TAG_RE.search(self.chat_template):
-            raise ValueError("tokenizer.chat_template has no {% generation %} block: the loss mask of chat "
-                             "documents is what the template marks as generated")
+        if self.chat_template is not None and not self.chat_template.strip():
+            raise ValueError("tokenizer.chat_template is empty (null: the pretrained tokenizer's own or ChatML)")
+        if self.chat_template == OWN_TEMPLATE and self.source != "pretrained":
+            raise ValueError("tokenizer.chat_template: 'own' needs tokenizer.source 'pretrained' (a trained "
+                             "tokenizer has no template of its own)")
         return self
+
+    def chat_template_file(self) -> str | None:
+        """`chat_template` when it names a file (not a keyword, not a Jinja template)."""
+        value = self.chat_template
+        if value is None or value in (OWN_TEMPLATE, CHATML_TEMPLATE) or is_inline_template(value):
+            return None
+        return value
 
     def unk_token(self) -> str | None:
         if self.special_tokens.unk is not None:

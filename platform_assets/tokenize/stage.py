@@ -34,7 +34,7 @@ from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSetting
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 from platform_assets.tokenize.tokenizer_build import (
     TokenizerSanity,
-    load_pretrained,
+    load_pretrained_with_template,
     make_artifact,
     sanity_report,
     saved_files,
@@ -177,11 +177,12 @@ def build_tokenizer(
 
         tokenizer = train_tokenizer(texts(), settings)
         declared: dict[str, str] = {}
+        own_template: str | None = None
         info = {"algorithm": settings.algorithm, "vocab_size_requested": settings.vocab_size,
                 "min_frequency": settings.min_frequency, "train_documents": train_docs, "train_bytes": train_bytes}
     else:
-        tokenizer, declared = load_pretrained(settings.path or "")
-    artifact = make_artifact(tokenizer, settings, declared, info)
+        tokenizer, declared, own_template = load_pretrained_with_template(settings.path or "")
+    artifact = make_artifact(tokenizer, settings, declared, info, own_template)
     files = saved_files(artifact)
     sanity = sanity_report(artifact, sample.pairs())
     with storage.staged_dir(out_rel) as staged:

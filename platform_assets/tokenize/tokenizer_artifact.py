@@ -4,7 +4,8 @@ the chat template, and whether documents get BOS/EOS.
 The tokenizer directory holds what `save_pretrained` writes (tokenizer.json, tokenizer_config.json,
 chat_template.jinja: `AutoTokenizer.from_pretrained(dir)` loads it) plus `tokenizer_artifact.json`,
 the roles and flags this platform needs and transformers has no place for (add_bos/add_eos, the
-ChatML roles). Everything is read through `Storage`, so the directory may live on S3.
+ChatML roles, which template was chosen and how its loss mask is found: `info.chat_template`,
+`info.loss_mask`, absent for ChatML). Everything is read through `Storage`, so the directory may live on S3.
 
 Two Rust tokenizers are kept. Chat templates write control tokens as text (`<|im_start|>`), so the
 template path matches special tokens in text; document text is encoded with
@@ -28,8 +29,9 @@ TOKENIZER_FILE = "tokenizer.json"
 ARTIFACT_FILE = "tokenizer_artifact.json"
 ARTIFACT_FORMAT_VERSION = 1
 ROLES = ("eos", "pad", "bos", "unk", "chat_start", "chat_end")
-"""Special-token roles; eos, pad, chat_start and chat_end always have a token, bos and unk may not."""
-REQUIRED_ROLES = ("eos", "pad", "chat_start", "chat_end")
+"""Special-token roles; eos and pad always have a token. chat_start and chat_end have one with the
+ChatML template (and where another template writes tokens the vocabulary has), bos and unk may not."""
+REQUIRED_ROLES = ("eos", "pad")
 # transformers' names for the roles it knows: chat templates read them as `{{ eos_token }}` etc.
 TEMPLATE_VARIABLES = {"eos": "eos_token", "pad": "pad_token", "bos": "bos_token", "unk": "unk_token"}
 

@@ -32,17 +32,22 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from platform_assets.tokenize.chat_template import chatml_template, render_chat
+from platform_assets.tokenize.chat_template import marks_generation, render_chat
+from platform_assets.tokenize.chat_template_choice import ChosenTemplate, choose_chat_template, single_template
+from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
 from platform_assets.tokenize.settings import TokenizerSettings
 from platform_assets.tokenize.tokenizer_artifact import ARTIFACT_FILE, TOKENIZER_FILE, TokenizerArtifact
 
 WORDPIECE_MAX_WORD_CHARS = 1024
 _ROUNDTRIP_EXAMPLES = 10
-# a conversation the sanity check renders: the template must mark something as generated
+# a conversation the sanity check renders: the template must mark something as generated. Two turns, so
+# that a template masked by rendered prefixes shows whether it rewrites earlier turns; no system message,
+# which some templates refuse (Gemma's raises on the role)
 _PROBE_CONVERSATION = [
-    {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Say hi."},
     {"role": "assistant", "content": "Hi."},
+    {"role": "user", "content": "Again."},
+    {"role": "assistant", "content": "Hi again."},
 ]
 
 
@@ -83,13 +88,21 @@ def train_tokenizer(text_batches: Iterable[Sequence[str]], settings: TokenizerSe
 
 # -- loading -------------------------------------------------------------------------------------------
 def load_pretrained(path: str) -> tuple[Tokenizer, dict[str, str]]:
-    """(Rust tokenizer, the special tokens it declares by role) from a tokenizer.json file, a
-    save_pretrained directory, or a hub id already in the local cache. Never downloads."""
+    """(Rust tokenizer, the special tokens it declares by role): `load_pretrained_with_template` without
+    the template."""
+    tokenizer, declared, _ = load_pretrained_with_template(path)
+    return tokenizer, declared
+
+
+def load_pretrained_with_template(path: str) -> tuple[Tokenizer, dict[str, str], str | None]:
+    """(Rust tokenizer, the special tokens it declares by role, its own chat template or None) from a
+    tokenizer.json file, a save_pretrained directory, or a hub id already in the local cache. Never
+    downloads."""
     p = Path(path)
     if p.is_file():
         if p.suffix != ".json":
             raise ValueError(f"tokenizer.path {path!r}: a file must be a tokenizer.json")
-        return Tokenizer.from_file(str(p)), {}  # a bare tokenizer.json declares no roles
+        return Tokenizer.from_file(str(p)), {}, None  # a bare tokenizer.json declares no roles, has no template
     if not p.is_dir() and (p.is_absolute() or path.startswith((".", "~"))):
         raise FileNotFoundError(f"tokenizer.path {path!r} does not exist")
     from transformers import AutoTokenizer  # ~1 s to import: only when a pretrained tokenizer is used
@@ -104,13 +117,16 @@ def load_pretrained(path: str) -> tuple[Tokenizer, dict[str, str]]:
         raise ValueError(f"tokenizer.path {path!r}: {type(hf).__name__} has no `tokenizers` backend "
                          "(a tokenizer.json); the tokenize stage needs one")
     declared = {role: getattr(hf, f"{role}_token", None) for role in ("eos", "pad", "bos", "unk")}
-    return Tokenizer.from_str(backend.to_str()), {r: t for r, t in declared.items() if isinstance(t, str) and t}
+    return (Tokenizer.from_str(backend.to_str()), {r: t for r, t in declared.items() if isinstance(t, str) and t},
+            single_template(getattr(hf, "chat_template", None), path))
 
 
 def make_artifact(tokenizer: Tokenizer, settings: TokenizerSettings, declared: dict[str, str] | None = None,
-                  info: dict[str, Any] | None = None) -> TokenizerArtifact:
-    """Resolve each special-token role (settings.SpecialTokens says how), add the chat tokens the
-    template needs and the vocabulary lacks, and attach the template and BOS/EOS flags."""
+                  info: dict[str, Any] | None = None, own_template: str | None = None) -> TokenizerArtifact:
+    """Resolve each special-token role (settings.SpecialTokens says how), choose the chat template
+    (chat_template_choice.py; `own_template`: the pretrained tokenizer's), add the ChatML tokens the
+    vocabulary lacks when ChatML is chosen (no token otherwise), and attach the template and BOS/EOS
+    flags. Raises when a template without generation blocks cannot be masked exactly (chat_turn_spans.py)."""
     declared = declared or {}
     st = settings.special_tokens
     tokenizer = Tokenizer.from_str(tokenizer.to_str())  # a copy: the caller's tokenizer stays as it was
@@ -134,16 +150,45 @@ def make_artifact(tokenizer: Tokenizer, settings: TokenizerSettings, declared: d
     unk = declared.get("unk") or in_vocab(settings.unk_token())
     if unk is not None:
         roles["unk"] = unk
-    template = settings.chat_template or chatml_template(st.chat_start, st.chat_end)
-    missing = [t for t in (st.chat_start, st.chat_end) if tokenizer.token_to_id(t) is None]
-    if missing:
-        # appended after the vocabulary (GPT-2: 50257, 50258), so every existing id keeps its meaning
-        tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
-    roles["chat_start"], roles["chat_end"] = st.chat_start, st.chat_end
+    chosen = choose_chat_template(settings, own_template)
+    missing: list[str] = []
+    if chosen.origin == "chatml":
+        missing = [t for t in (st.chat_start, st.chat_end) if tokenizer.token_to_id(t) is None]
+        if missing:
+            # appended after the vocabulary (GPT-2: 50257, 50258), so every existing id keeps its meaning
+            tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+        roles["chat_start"], roles["chat_end"] = st.chat_start, st.chat_end
+    else:
+        # a role only where the template uses the token and the vocabulary has it (a Qwen tokenizer's own
+        # template writes <|im_start|>; Llama 3's has none of them): nothing is added to the model's vocabulary
+        for role, token in (("chat_start", st.chat_start), ("chat_end", st.chat_end)):
+            if token in chosen.text and in_vocab(token):
+                roles[role] = token
     info = {"source": settings.source, **(info or {})}
     if missing:
         info["added_tokens"] = missing
-    return TokenizerArtifact(tokenizer, roles, template, settings.add_bos, settings.add_eos, info=info)
+    if chosen.origin != "chatml":  # absent: ChatML, as in artifacts built before templates could be chosen
+        info["chat_template"] = chosen.origin
+        info["loss_mask"] = "generation_blocks" if marks_generation(chosen.text) else "rendered_prefixes"
+    artifact = TokenizerArtifact(tokenizer, roles, chosen.text, settings.add_bos, settings.add_eos, info=info)
+    _refuse_unmaskable(artifact, chosen)
+    return artifact
+
+
+def _refuse_unmaskable(artifact: TokenizerArtifact, chosen: ChosenTemplate) -> None:
+    """A template masked by rendered prefixes must pass their checks on the probe conversation."""
+    if marks_generation(chosen.text):
+        return
+    try:
+        render_chat(chosen.text, _PROBE_CONVERSATION, artifact.template_variables(), artifact.control_tokens)
+    except TurnsNotMaskable as err:
+        raise ValueError(
+            f"tokenizer.chat_template ({chosen.origin}) has no {{% generation %}} blocks and its assistant turns "
+            f"cannot be found exactly by rendering prefixes of a user/assistant/user/assistant conversation: {err}. "
+            "Give a template whose {% generation %} blocks hold what the loss counts, or chat_template: chatml"
+        ) from None
+    except Exception:  # a template that fails outright is the sanity report's finding, not an error here
+        return
 
 
 # -- saving ----------------------------------------------------------------------------------------------
@@ -231,16 +276,19 @@ def special_token_problems(artifact: TokenizerArtifact) -> list[str]:
     # eos, pad, bos and unk may share one token (GPT-2's hub config: all four are <|endoftext|>);
     # a chat token may not share its id with anything, or the mask and the turn structure blur
     for role in ("chat_start", "chat_end"):
+        if role not in artifact.special_ids:
+            continue
         tid = artifact.special_ids[role]
         others = sorted(r for r, i in artifact.special_ids.items() if i == tid and r != role)
         if others:
             problems.append(f"{role} shares id {tid} with {', '.join(others)}")
     try:
-        rendered = render_chat(artifact.chat_template, _PROBE_CONVERSATION, artifact.template_variables())
+        rendered = render_chat(artifact.chat_template, _PROBE_CONVERSATION, artifact.template_variables(),
+                               artifact.control_tokens)
         if not any(flag for _, flag in rendered.segments):
             problems.append("the chat template marks no assistant text as generated (no loss would count)")
     except Exception as err:  # any template failure is a finding of this check, not a crash
-        problems.append(f"the chat template fails on a system/user/assistant conversation: {err}")
+        problems.append(f"the chat template fails on a user/assistant/user/assistant conversation: {err}")
     return problems
 
 

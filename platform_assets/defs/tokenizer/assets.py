@@ -1,4 +1,5 @@
-"""tokenizer: trained on the train split (byte-level BPE by default) or loaded from a local path."""
+"""tokenizer: trained on the train split (byte-level BPE by default) or loaded from a local path (keeping its
+own chat template and vocabulary unless tokenizer.chat_template says otherwise)."""
 
 import dagster as dg
 
@@ -12,8 +13,9 @@ TOKENIZER_CHECKS = [
                       description="decode(encode(text)) == text on a deterministic sample of documents of "
                                   "every split."),
     dg.AssetCheckSpec("special_tokens_sane", asset="tokenizer", blocking=True,
-                      description="eos, pad and the chat tokens exist, each encodes to exactly one distinct id, and "
-                                  "a special token written inside ordinary text is not split."),
+                      description="eos, pad and the chat tokens exist, each encodes to exactly one distinct id, "
+                                  "a special token written inside ordinary text is not split, and the chat "
+                                  "template marks assistant text on a two-turn conversation."),
     dg.AssetCheckSpec("bytes_per_token_in_range", asset="tokenizer",
                       description="Compression on the sample is between 1.5 and 8 UTF-8 bytes per token (GPT-2 on "
                                   "English ~4.2, on code ~3; below 1.5 the vocabulary barely merges anything)."),
@@ -28,8 +30,10 @@ BYTES_PER_TOKEN_RANGE = (1.5, 8.0)
     group_name="tokens",
     kinds={"huggingface"},
     code_version="1",
-    description="A tokenizer saved with save_pretrained (AutoTokenizer.from_pretrained(dir) loads it), with the "
-                "chat template whose {% generation %} blocks define the assistant-only loss mask.",
+    description="A tokenizer saved with save_pretrained (AutoTokenizer.from_pretrained(dir) loads it), with its "
+                "chat template: a pretrained tokenizer's own (no token added) or ChatML; the assistant-only loss "
+                "mask is what its {% generation %} blocks hold, or each assistant turn found by rendering "
+                "prefixes of the conversation.",
 )
 def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
     ctx = stage_context(pipeline, "tokenizer")
