@@ -44,7 +44,13 @@ import pyarrow as pa
 import regex
 
 from platform_assets.cleaning.language_bands import band_min_score, count_words
-from platform_assets.cleaning.language_script import LANGUAGE_SCRIPTS, reported_script, script_counts, script_share
+from platform_assets.cleaning.language_script import (
+    LANGUAGE_SCRIPTS,
+    dominant_script,
+    reported_script,
+    script_counts,
+    script_share,
+)
 from platform_assets.cleaning.language_tags import (
     PY3LANGID_LABELS,
     UNDETERMINED,
@@ -307,7 +313,7 @@ class LanguageFilter(DocumentStep):
     threshold, in a script their language is not written in, or outside `allow`.
 
     Rules: ``low_confidence`` (value "de:0.41 < 0.5": the threshold of the text's length band),
-    ``script_mismatch`` (value "am:0.98 Ethi 0% < 15% (Cans)"), ``not_allowed`` (value "de:0.98";
+    ``script_mismatch`` (value "am:0.98 Ethi 0 < 0.15 (Cans)"), ``not_allowed`` (value "de:0.98";
     "zh-Hans:0.98" when an allow entry names a script). Label-only modalities are never removed for
     the first two: a refused label is reported there as `und` with score 0.
     """
@@ -349,9 +355,10 @@ class LanguageFilter(DocumentStep):
         if share < self.settings.min_script_share:
             counters[f"lang.{UNDETERMINED}"] += 1
             if not label_only:
+                # "am:0.98 Ethi 0 < 0.15 (Cans)": the label, its scripts' share, the text's main script
                 langs_scripts = "+".join(sorted(LANGUAGE_SCRIPTS[lang]))
-                return Drop("script_mismatch", f"{lang}:{fmt(score)} {langs_scripts} {share:.0%} < "
-                                               f"{self.settings.min_script_share:.0%} ({script})")
+                return Drop("script_mismatch", f"{lang}:{fmt(score)} {langs_scripts} {fmt(share)} < "
+                                               f"{fmt(self.settings.min_script_share)} ({dominant_script(scripts)})")
             lang, score = UNDETERMINED, 0.0
         else:
             counters[f"lang.{lang}"] += 1
