@@ -67,11 +67,13 @@ def cluster_size_histogram(duplicates: pa.Table) -> pa.Table:
 
 def removed_per_source(decisions: pa.Table) -> pa.Table:
     """Per source: documents in, removed as exact / near duplicates, and the removal rate. Image
-    near duplicates get their own column, only when there are some: a text corpus's table is the
-    one it always was."""
-    rules = {"exact": "exact_duplicate", "near": "near_duplicate", "near_image": "near_duplicate_image"}
-    if not pc.any(pc.equal(decisions["rule"], rules["near_image"])).as_py():
-        del rules["near_image"]
+    and SimHash near duplicates get their own columns, only when there are some: a MinHash text
+    corpus's table is the one it always was."""
+    rules = {"exact": "exact_duplicate", "near": "near_duplicate", "near_image": "near_duplicate_image",
+             "near_simhash": "near_duplicate_simhash"}
+    for optional in ("near_image", "near_simhash"):
+        if not pc.any(pc.equal(decisions["rule"], rules[optional])).as_py():
+            del rules[optional]
     t = pa.table(
         {"source": decisions["source"]}
         | {k: pc.equal(decisions["rule"], rule).fill_null(False).cast(pa.int64()) for k, rule in rules.items()}

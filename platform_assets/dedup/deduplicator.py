@@ -33,17 +33,19 @@ from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.dedup.signature_store import AcceptedSignatures
+from platform_assets.dedup.simhash import SimHasher, signature_words, simhash_near_pass
 
 EXACT = "exact_duplicate"
 NEAR = "near_duplicate"
 NEAR_IMAGE = "near_duplicate_image"  # perceptual hash within dedup.images.max_distance
+NEAR_SIMHASH = "near_duplicate_simhash"  # near.method simhash: fingerprints within simhash.max_distance
 
 DECISIONS_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),
         pa.field("keep", pa.bool_(), nullable=False),
-        pa.field("rule", pa.string()),  # null, exact_duplicate, near_duplicate or near_duplicate_image
+        pa.field("rule", pa.string()),  # null, or one of exact_duplicate, near_duplicate(_image, _simhash)
         pa.field("cluster_id", pa.string(), nullable=False),  # id of the kept member (own id if kept)
         pa.field("kept_id", pa.string()),
         pa.field("similarity", pa.float32()),  # to the kept member; 1.0 for exact duplicates
@@ -63,8 +65,9 @@ DUPLICATES_SCHEMA = pa.schema(
     ]
 )
 
-# The shared exclusion columns (value: the similarity as text, "0.8125"; bytes: null, dedup never
-# loads the text it removes twice), then which document was kept and the similarity as a number.
+# The shared exclusion columns (value: the similarity as text, "0.8125", or for SimHash the Hamming
+# distance, "2"; bytes: null, dedup never loads the text it removes twice), then which document was
+# kept and the similarity as a number.
 EXCLUSIONS_SCHEMA = exclusions_schema("dedup", (
     pa.field("kept_id", pa.string(), nullable=False),
     pa.field("similarity", pa.float64(), nullable=True),
@@ -92,6 +95,8 @@ class DedupCounts(Counts):
     image_tables: int = 0  # sorted passes of the band index (one per combination of key bands)
     image_candidates: int = 0  # pairs the band index proposed (distinct hashes, before the popcount)
     image_pairs: int = 0  # of those, within max_distance
+    simhash_blocks: int = 0  # near.method simhash: blocks of the 64 bits, and tables (combinations)
+    simhash_tables: int = 0
 
 
 @dataclass
@@ -117,11 +122,13 @@ class DedupResult:
         self._emitted = np.zeros(len(self._keep_ids), dtype=bool)
         removed = d.filter(pc.invert(d["keep"]))
         similarity = removed["similarity"].cast(pa.float64())
+        value = [None if s is None else f"{round((1 - s) * 64)}" if r == NEAR_SIMHASH else f"{s:.4g}"
+                 for s, r in zip(similarity.to_pylist(), removed["rule"].to_pylist(), strict=True)]
         self._excl = pa.table(
             {
                 "id": removed["id"],
                 "rule": removed["rule"],
-                "value": pa.array([None if s is None else f"{s:.4g}" for s in similarity.to_pylist()], pa.string()),
+                "value": pa.array(value, pa.string()),
                 "bytes": pa.nulls(removed.num_rows, pa.int64()),
                 "kept_id": removed["kept_id"],
                 "similarity": similarity,
@@ -166,7 +173,9 @@ class Deduplicator:
         self.settings = settings
         near = settings.near
         self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
-        self.prior = accepted if accepted is not None else AcceptedSignatures.empty(near.num_perm)
+        self.simhasher = SimHasher(near.seed) if near.method == "simhash" else None
+        self._width = near.signature_width()  # MinHash slots, or a SimHash fingerprint's 2 words
+        self.prior = accepted if accepted is not None else AcceptedSignatures.empty(self._width)
         self._ids: list[pa.Array] = []
         self._sources: list[pa.Array] = []
         self._prio: list[pa.Array] = []
@@ -178,9 +187,10 @@ class Deduplicator:
         self._spill: SpillDir | None = None
         if near.enabled and near.storage.type == "disk":
             self._spill = SpillDir(near.storage.spill_dir)
-            bands, rows = lsh_shape(near)
-            self._buckets = BandBuckets(self._spill.path, bands, rows, near.storage.partitions)
-            self._buckets.add(0, self.prior.signatures, self.prior.n_shingles > 0)
+            if self.simhasher is None:  # SimHash keeps 8 B per document and builds its tables in finish()
+                bands, rows = lsh_shape(near)
+                self._buckets = BandBuckets(self._spill.path, bands, rows, near.storage.partitions)
+                self._buckets.add(0, self.prior.signatures, self.prior.n_shingles > 0)
             if near.verify == "exact":
                 self._store = ShingleSpill(self._spill.path)
         elif near.enabled and near.verify == "exact":
@@ -208,14 +218,17 @@ class Deduplicator:
             self._phashes.append(phashes)
         self._rows += n
         if not s.near.enabled:
-            self._sigs.append(np.full((n, s.near.num_perm), EMPTY, np.uint32))
+            self._sigs.append(np.full((n, self._width), EMPTY, np.uint32))
             self._n_shingles.append(np.zeros(n, np.int32))
             return
         text = near_dedup_texts(batch)
         first = len(self.prior) + self._rows - n  # global number of the batch's first document
         for a, b in compute_in_slices(text):
             shingles = shingle_hashes(text[a:b], s.near.shingles)
-            sigs = self.minhasher.signatures(shingles)
+            if self.simhasher is not None:
+                sigs = signature_words(self.simhasher.fingerprints(shingles))
+            else:
+                sigs = self.minhasher.signatures(shingles)
             self._sigs.append(sigs)
             self._n_shingles.append(shingles.counts.astype(np.int32))
             if self._store is not None:
@@ -230,7 +243,7 @@ class Deduplicator:
         sources = _concat(self._sources, pa.string())
         hashes = _concat(self._hashes, TEXT_HASH_TYPE)
         n = len(ids)
-        sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, s.near.num_perm), np.uint32)
+        sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32)
         n_sh = np.concatenate(self._n_shingles) if self._n_shingles else np.empty(0, np.int32)
         counts = DedupCounts(documents=n, without_shingles=int((n_sh == 0).sum()) if s.near.enabled else n)
         order = priority_order(_concat(self._prio, pa.float64()), ids, sources, s.keep)
@@ -270,7 +283,7 @@ class Deduplicator:
         removed = ~keep
         counts.kept = int(keep.sum())
         counts.removed_exact = int((links.rule == 1).sum())
-        counts.removed_near = int((links.rule == 2).sum())
+        counts.removed_near = int(((links.rule == 2) | (links.rule == 4)).sum())
         counts.removed_near_image = int((links.rule == 3).sum())
         counts.removed_against_earlier_runs = int((root[removed] < n_prior).sum())
         counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
@@ -308,9 +321,14 @@ class Deduplicator:
         links: _Links,
         counts: DedupCounts,
     ) -> None:
-        """Greedy LSH pass over the rows exact dedup kept that have shingles, best first."""
+        """Greedy LSH (or SimHash) pass over the rows exact dedup kept that have shingles, best first."""
         eligible = (links.target < 0) & (n_sh > 0)
-        if self._buckets is not None:  # storage: disk
+        rule = 2
+        if self.simhasher is not None:
+            out, blocks = simhash_near_pass(self.settings.near, self.prior, sigs, eligible, order, ids, rank,
+                                            self._store)
+            counts.simhash_blocks, counts.simhash_tables, rule = blocks.blocks, len(blocks.tables), 4
+        elif self._buckets is not None:  # storage: disk
             counts.lsh_bands, counts.lsh_rows = self._buckets.bands, self._buckets.rows
             greedy = BucketedNearDedup(self.settings.near, self.prior, self._buckets.shared_keys())
             out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
@@ -322,7 +340,7 @@ class Deduplicator:
         near = out.target >= 0
         links.target[near] = out.target[near]
         links.similarity[near] = out.similarity[near]
-        links.rule[near] = 2
+        links.rule[near] = rule
         counts.lsh_queries, counts.lsh_candidates = out.queries, out.candidates
         counts.rejected_by_verification = out.rejected
         counts.unknown_candidates = out.unknown_candidates
@@ -387,7 +405,8 @@ class Deduplicator:
         n_prior = len(self.prior)
         all_ids = pa.concat_arrays([self.prior.ids, ids]) if n_prior else ids
         all_sources = pa.concat_arrays([self.prior.sources, sources]) if n_prior else sources
-        rule_names = pa.array(np.array([None, EXACT, NEAR, NEAR_IMAGE], dtype=object)[links.rule], pa.string())
+        rule_names = pa.array(np.array([None, EXACT, NEAR, NEAR_IMAGE, NEAR_SIMHASH], dtype=object)[links.rule],
+                              pa.string())
         cluster_id = pc.take(all_ids, pa.array(root, pa.int64()))
         kept_id = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), cluster_id)
         sim = pa.array(links.similarity, pa.float32(), from_pandas=True)  # NaN -> null for kept rows
@@ -415,7 +434,7 @@ class Deduplicator:
 class _Links:
     target: np.ndarray  # int64: -1, or the global index of the document a row duplicates
     similarity: np.ndarray  # float32, NaN where no link
-    rule: np.ndarray  # int8: 0 kept, 1 exact, 2 near, 3 near image
+    rule: np.ndarray  # int8: 0 kept, 1 exact, 2 near (MinHash), 3 near image, 4 near (SimHash)
 
 
 def _phashes_of(rows: np.ndarray, image_rows: np.ndarray, phashes: np.ndarray) -> pa.UInt64Array | None:

@@ -13,6 +13,7 @@ the real corpus (367 and 77 pairs). `verify: estimated` gave precision 0.80-0.98
 
 from __future__ import annotations
 
+from math import comb
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -61,8 +62,48 @@ class LshStorage(StrictModel):
     not used, so cross-worker matches need a shared artifact, not only a shared index."""
 
 
+class SimHashSettings(StrictModel):
+    """`near.method: simhash` (dedup/simhash.py): 64-bit SimHash fingerprints (Charikar 2002) of the
+    same shingles MinHash sees, weighted by term frequency; near duplicates are fingerprints within
+    `max_distance` bits, found with Manku et al.'s (2007) block tables."""
+
+    max_distance: Annotated[int, Field(ge=0, le=16)] = 3
+    """Hamming distance (of 64 bits) at or below which two documents are near duplicates (Manku et
+    al.: 3 for 8 B web pages). Similarity is reported as 1 - distance/64; the exclusion's value is the
+    distance. Bits differ with probability angle/pi of the two term-frequency vectors, so 3 of 64 means
+    a cosine of ~0.99: near copies, not the J >= 0.8 MinHash finds (benchmarks/RESULTS.md, Dedup)."""
+    blocks: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Blocks the 64 bits are cut into; more than `max_distance`, so two fingerprints within the
+    distance agree on at least `blocks - max_distance` of them, one table per combination of those.
+    Changes the speed only, never the result (every pair within the distance is found). Default:
+    the image dedup's cost model (image_near.choose_key_bands) for the number of documents."""
+
+    @model_validator(mode="after")
+    def _blocks(self) -> SimHashSettings:
+        if self.blocks is not None:
+            if self.blocks <= self.max_distance:
+                raise ValueError(f"simhash.blocks ({self.blocks}) must exceed max_distance ({self.max_distance}): "
+                                 "two fingerprints within the distance must agree on at least one block")
+            tables = comb(self.blocks, self.max_distance)
+            if tables > _MAX_SIMHASH_TABLES:
+                raise ValueError(f"simhash.blocks = {self.blocks} at max_distance = {self.max_distance} means "
+                                 f"{tables:,} tables (at most {_MAX_SIMHASH_TABLES:,}): use fewer blocks")
+        return self
+
+
+# a table is one sorted pass over every fingerprint (~80 ns each: 1M documents x 1,024 tables ~ 80 s);
+# the automatic shapes use 4-20 tables at max_distance 3, 17-969 at 16
+_MAX_SIMHASH_TABLES = 1024
+
+
 class NearSettings(StrictModel):
     enabled: bool = True
+    method: Literal["minhash", "simhash"] = "minhash"
+    """`minhash`: MinHash-LSH (the settings below), candidates verified as `verify` says. `simhash`:
+    64-bit SimHash fingerprints within `simhash.max_distance` bits (8 B per document instead of
+    4 x num_perm), then, with `verify: exact`, the same exact Jaccard test against `threshold`;
+    `verify: none` trusts the distance. Rule `near_duplicate_simhash`."""
+    simhash: SimHashSettings = SimHashSettings()
     shingles: ShingleSettings = ShingleSettings()
     num_perm: Annotated[int, Field(ge=16, le=1024)] = 128
     seed: Annotated[int, Field(ge=0)] = 1
@@ -98,7 +139,18 @@ class NearSettings(StrictModel):
             raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
         if abs(sum(self.lsh_weights) - 1.0) > 1e-9 or min(self.lsh_weights) < 0:
             raise ValueError("lsh_weights must be two non-negative numbers summing to 1")
+        if self.method == "simhash" and self.verify == "estimated":
+            raise ValueError("method simhash: verify must be `none` (the distance decides) or `exact` "
+                             "(Jaccard of the shingle sets too); the fingerprint is the estimate")
+        if self.method == "simhash" and self.storage.type == "redis":
+            raise ValueError("method simhash keeps its block tables in this process: storage.type "
+                             "must be `disk` or `memory`")
         return self
+
+    def signature_width(self) -> int:
+        """uint32 words per document in the accepted-signature artifact: the MinHash slots, or the
+        64-bit SimHash fingerprint as two words (little-endian halves)."""
+        return self.num_perm if self.method == "minhash" else 2
 
     def effective_lsh_threshold(self) -> float:
         if self.lsh_threshold is not None:

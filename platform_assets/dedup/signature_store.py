@@ -2,7 +2,8 @@
 
 One row per accepted (kept) document: id, source, exact text hash, number of shingles and the MinHash
 signature as a fixed-size list of uint32 (512 B at 128 slots; Parquet+zstd leaves ~530 B/doc since
-hash values do not compress). The LSH index is rebuilt from it by inserting the rows (~25 us per
+hash values do not compress), or with `near.method: simhash` the 64-bit fingerprint as two uint32
+(low word first). The LSH index is rebuilt from it by inserting the rows (~25 us per
 document), never by re-reading or re-shingling text.
 
 The schema metadata carries a fingerprint of every setting that changes signatures or text hashes
@@ -39,7 +40,7 @@ class SignatureMismatchError(ValueError):
 
 def fingerprint(settings: DedupSettings) -> dict[str, object]:
     near, exact = settings.near, settings.exact
-    return {
+    out: dict[str, object] = {
         "hash_scheme": HASH_SCHEME_VERSION,
         "near_enabled": near.enabled,  # signatures of a run without near dedup are placeholders
         "algorithm": near.algorithm,
@@ -48,6 +49,12 @@ def fingerprint(settings: DedupSettings) -> dict[str, object]:
         "shingles": near.shingles.model_dump(),
         "exact": {k: v for k, v in exact.model_dump().items() if k != "enabled"},
     }
+    if near.method != "minhash":
+        # a SimHash fingerprint depends on the seed and shingles only (max_distance and blocks are
+        # decisions, not signatures); a MinHash artifact keeps exactly the fingerprint it always had
+        del out["algorithm"], out["num_perm"]
+        out["method"] = near.method
+    return out
 
 
 def signatures_schema(num_perm: int, settings: DedupSettings | None = None, phash: bool = False) -> pa.Schema:
@@ -121,9 +128,9 @@ class AcceptedSignatures:
                 f"accepted signatures were computed with other settings ({', '.join(diff)} differ): "
                 "run a full (non-incremental) dedup to rebuild them"
             )
-        num_perm = settings.near.num_perm
+        width = settings.near.signature_width()
         sig_col = table.column("signature").combine_chunks()
-        sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32).reshape(-1, num_perm)
+        sigs = sig_col.flatten().to_numpy(zero_copy_only=False).astype(np.uint32).reshape(-1, width)
         return cls(
             table.column("id").combine_chunks(),
             table.column("source").combine_chunks(),

@@ -54,7 +54,9 @@ class DedupStageResult(StageResult):
         c = self.result.counts
         return {"documents_in": self.rows_in, "carried_over": self.carried_over, "removed_exact": c.removed_exact,
                 "removed_near": c.removed_near, "removed_near_image": c.removed_near_image,
-                "lsh_bands_x_rows": f"{c.lsh_bands} x {c.lsh_rows}"}
+                "lsh_bands_x_rows": f"{c.lsh_bands} x {c.lsh_rows}",
+                **({"simhash_blocks_x_tables": f"{c.simhash_blocks} x {c.simhash_tables}"} if c.simhash_tables
+                   else {})}
 
 
 def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:
