@@ -15,6 +15,7 @@ Entry points for the asset wrappers:
 Modules: settings (config), tokenizer_build (train / load / save / sanity), tokenizer_artifact (the
 saved directory), chat_template (ChatML with generation blocks, rendering into masked segments),
 chat_template_choice (a pretrained tokenizer's own template, ChatML or a given one), chat_turn_spans
-(the assistant turns of a template without generation blocks, from rendered prefixes), conversations (meta["messages"] validation), sequences (BOS/EOS, truncation, chunking as offset
-arithmetic), encode (record batch -> token rows), exclusion_rules, stage.
+(the assistant turns of a template without generation blocks, from rendered prefixes), conversations
+(meta["messages"] validation), sequences (BOS/EOS, truncation, chunking as offset arithmetic), encode
+(record batch -> token rows), exclusion_rules, stage.
 """

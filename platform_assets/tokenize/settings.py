@@ -29,8 +29,10 @@ def is_inline_template(value: str) -> bool:
 
 class SpecialTokens(StrictModel):
     """Special token strings. A trained tokenizer gets exactly these (ids 0..k-1, in the order eos,
-    pad, bos, unk, chat_start, chat_end). A pretrained one keeps the tokens it declares itself; for a
-    role it does not declare, the string here is used if the vocabulary has it (GPT-2's bare
+    pad, bos, unk, chat_start, chat_end). A pretrained one keeps the tokens it declares itself, except
+    for a role set here explicitly (an instruct tokenizer's eos is its end of turn: Qwen2.5-Instruct's
+    `<|im_end|>`; `eos: <|endoftext|>` makes the end of text the document boundary); for a role it does
+    not declare, the string here is used if the vocabulary has it (GPT-2's bare
     tokenizer.json declares nothing and has `<|endoftext|>`), else pad falls back to eos and bos to
     none. The two ChatML tokens are added when the ChatML template is used and the vocabulary lacks
     them; with another template they are roles only where the vocabulary has them and the template

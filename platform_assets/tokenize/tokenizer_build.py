@@ -134,6 +134,16 @@ def make_artifact(tokenizer: Tokenizer, settings: TokenizerSettings, declared: d
     def in_vocab(token: str | None) -> str | None:
         return token if token is not None and tokenizer.token_to_id(token) is not None else None
 
+    # a role the config sets explicitly beats the one the tokenizer declares: an instruct tokenizer declares
+    # its end of turn as eos (Qwen2.5-Instruct <|im_end|>, Llama-3-Instruct <|eot_id|>), while the boundary of
+    # packed documents should be the end of text (special_tokens: {eos: <|endoftext|>})
+    for role in ("eos", "pad", "bos", "unk"):
+        token = getattr(st, role)
+        if role in st.model_fields_set and token is not None:
+            if not in_vocab(token):
+                raise ValueError(f"tokenizer has no {role} token {token!r} (tokenizer.special_tokens.{role}): "
+                                 "its vocabulary lacks it")
+            declared = {**declared, role: token}
     roles: dict[str, str] = {}
     eos = declared.get("eos") or in_vocab(st.eos)
     if eos is None:

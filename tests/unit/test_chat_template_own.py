@@ -124,6 +124,25 @@ def test_masks_equal_transformers_token_for_token(pretrained):
             assert plain["input_ids"] == ref["input_ids"] and not any(plain["assistant_masks"])
 
 
+def test_an_instruct_tokenizers_eos_can_be_set_to_the_end_of_text(tmp_path: Path):
+    """Qwen2.5-Instruct declares eos = <|im_end|>, its end of turn: as the boundary of packed documents it
+    would blur turns and documents (the sanity check says so) until the config names the end of text."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = tmp_path / "instruct"
+    PreTrainedTokenizerFast(tokenizer_object=bpe(QWEN25.specials), chat_template=QWEN25.template,
+                            eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(path)
+    declared = own_artifact(path)
+    assert declared.special_tokens["eos"] == "<|im_end|>"
+    assert sanity_report(declared, []).special_token_problems == [
+        f"chat_end shares id {declared.eos_id} with eos"]
+    art = own_artifact(path, special_tokens={"eos": "<|endoftext|>"})
+    assert art.special_tokens["eos"] == "<|endoftext|>" and sanity_report(art, []).ok
+    assert art.vocab_size == declared.vocab_size == vocab_of(QWEN25.specials)
+    with pytest.raises(ValueError, match=r"no eos token '</s>' \(tokenizer.special_tokens.eos\)"):
+        own_artifact(path, special_tokens={"eos": "</s>"})
+
+
 # -- templates the rendered prefixes cannot mask ---------------------------------------------------------------
 LLAMA_TURN = "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + m['content'] + '<|eot_id|>' }}"
 GEN_PROMPT = "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
