@@ -28,7 +28,9 @@ the same text inside a message; and nothing would prove the rendering is the con
 assumes. The prefixes need no configuration and check that assumption on every document.
 
 Cost: one render per message boundary needed (at most n) and one per assistant message, in two batched
-calls to the renderer; a user/assistant pair renders 3 conversations instead of 1.
+calls to the renderer; a user/assistant pair renders 3 conversations instead of 1. Measured on 2,000
+conversations of 1-2 turns with tiny Llama-3- and Qwen-style tokenizers (2 shared cores): 119-122 us per
+conversation, against 66-75 us for the same templates with generation blocks.
 """
 
 from __future__ import annotations
