@@ -172,7 +172,7 @@ def test_offsets_that_disagree_with_the_segments_are_an_error(shards, tmp_path):
     (root / "flat_varlen" / entry["path"]).write_bytes(raw)
     entry["sha256"] = hashlib.sha256(raw).hexdigest()
     index_path.write_text(json.dumps(index, indent=1, sort_keys=True))
-    with pytest.raises(ShardDataError, match=f"{entry['path']}: sample [01] holds .* tokens but its segments"):
+    with pytest.raises(ShardDataError, match=f"{entry['path']}: sample [01] holds tokens .*, but its segments"):
         epochs(PackedLoader(_cfg(root, verify="always")), 1)
 
 
