@@ -146,14 +146,19 @@ class PipelineConfig(StrictModel):
         return self.cleaning.model_copy(update={"blocklist": blocklist})
 
     def tokenizer_settings(self) -> TokenizerSettings:
-        """The tokenizer settings with a local `path` made absolute; a hub id stays as it is."""
-        path = self.tokenizer.path
+        """The tokenizer settings with a local `path` and a chat_template file made absolute; a hub id stays
+        as it is."""
+        tokenizer = self.tokenizer
+        template_file = tokenizer.chat_template_file()
+        if template_file is not None:
+            tokenizer = tokenizer.model_copy(update={"chat_template": self.resolve(template_file)})
+        path = tokenizer.path
         if path is None or "://" in path or os.path.isabs(path):
-            return self.tokenizer
+            return tokenizer
         local = self.resolve(path)
         if not os.path.exists(local) and not path.startswith((".", "~")) and path.count("/") <= 1:
-            return self.tokenizer  # `org/name`: a hub id, looked up in the local Hugging Face cache
-        return self.tokenizer.model_copy(update={"path": local})
+            return tokenizer  # `org/name`: a hub id, looked up in the local Hugging Face cache
+        return tokenizer.model_copy(update={"path": local})
 
     def s3_settings(self) -> S3Settings:
         return S3Settings(endpoint_url=self.storage.s3.endpoint_url, region=self.storage.s3.region,

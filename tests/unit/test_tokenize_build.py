@@ -207,7 +207,8 @@ def test_missing_eos_and_bos_are_clear_errors(gpt2: TokenizerArtifact):
     ({"source": "pretrained", "path": "/x", "vocab_size": 1000}, "tokenizer.vocab_size: only used when"),
     ({"vocab_size": 260}, "leaves no room for merges"),
     ({"add_bos": True}, "add_bos needs tokenizer.special_tokens.bos"),
-    ({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}, "no {% generation %} block"),
+    ({"chat_template": "own"}, "'own' needs tokenizer.source 'pretrained'"),
+    ({"chat_template": " "}, "tokenizer.chat_template is empty"),
     ({"special_tokens": {"pad": "<|endoftext|>"}}, "special_tokens.pad and special_tokens.eos are both"),
     ({"vocab_sise": 1000}, "Extra inputs are not permitted"),
 ])
