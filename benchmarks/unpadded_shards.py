@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Benchmark, BenchmarkError, Metric, Prepared, Record, Spec, Target
+from benchmarks.harness import MB, Benchmark, BenchmarkError, Metric, Prepared, Record, Spec, Target
 from benchmarks.packing_efficiency import SEQ_LEN, describe, prepare
 
 PAD_ID = 50256  # GPT-2's <|endoftext|>, the tokenizer's pad as the tokenized_documents stage resolves it
 SAMPLES_PER_SHARD = 8192  # packing's default
 MICRO_BATCH, GLOBAL_BATCH = 8, 64
 READ_BATCHES = int(os.environ.get("UNPADDED_BENCH_READ_BATCHES", "2000"))
-MB = 2**20
 
 
 def _write(spec: Spec, out: Path, fmt: str, overlong: str) -> dict[str, Any]:
