@@ -13,9 +13,10 @@ default `code_000.jsonl`, `*_000.jsonl`, `*.jsonl`: 1, 2 and all 6 files of the 
   stage loading GPT-2's tokenizer.json (`source: pretrained`), and tokenized_documents with `lance: true`
   (Lance datasets written batch by batch, beside its Parquet parts: ours writes both);
 - peer (the seed's recipe): `datasets.load_dataset("json", data_files=<the objects' URLs>, streaming=True)`
-  `.filter(source == "python")`, one `tokenizer(text)` call per sample (`PreTrainedTokenizerFast` of the same
-  tokenizer.json, EOS appended as ours does), rows batched by 1,024 into `lance.write_dataset` from a
-  RecordBatchReader (bounded: the recipe at its best; collecting all rows first would grow with the input).
+  (its fields declared as strings) `.filter(source == "python")`, one `tokenizer(text)` call per sample
+  (`PreTrainedTokenizerFast` of the same tokenizer.json, EOS appended as ours does), rows batched by 1,024
+  into `lance.write_dataset` from a RecordBatchReader (bounded: the recipe at its best; collecting all rows
+  first would grow with the input).
   datasets reads the objects over plain HTTP from the same server (s3fs is not installed here).
 
 Figures per size: wall seconds, CPU seconds, peak RSS (the subprocess's ru_maxrss), input MB/s, documents
@@ -51,6 +52,7 @@ PATTERNS_DEFAULT = ("code_000.jsonl", "*_000.jsonl", "*.jsonl")
 WHERE = "source = 'python'"
 BUCKET = "corpus"
 LANCE_ROWS = 1024
+CORPUS_FIELDS = ("id", "kind", "source", "path", "lang", "sha256", "text")  # build_corpus.sh's JSONL rows
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": "{run_dir}/hf-cache",
        "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -179,7 +181,10 @@ def peer_run(size: dict, endpoint: str, out: str, tokenizer: str) -> dict[str, A
     tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer)
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     urls = [f"{endpoint}/{BUCKET}/corpus/{name}" for name in size["files"]]
-    ds = datasets.load_dataset("json", data_files=urls, streaming=True, split="train")
+    # the corpus's fields, declared: inferred from the first file, `lang` (null in every code row) would be
+    # typed null and the first prose row would fail the cast
+    features = datasets.Features({name: datasets.Value("string") for name in CORPUS_FIELDS})
+    ds = datasets.load_dataset("json", data_files=urls, streaming=True, split="train", features=features)
     ds = ds.filter(lambda row: row["source"] == "python")
     schema = pa.schema([("id", pa.string()), ("input_ids", pa.list_(pa.int32())), ("num_tokens", pa.int32())])
     counts = {"documents": 0, "tokens": 0}

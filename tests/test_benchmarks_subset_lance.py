@@ -33,7 +33,8 @@ def corpus(tmp_path) -> Path:
         with open(root / f"{name}.jsonl", "w") as f:
             for i in range(n):
                 source = rng.choice(["python", "c", "perl"]) if name.startswith("code") else "debian"
-                f.write(json.dumps({"id": f"{name}-{i}", "source": source,
+                f.write(json.dumps({"id": f"{name}-{i}", "kind": name[:4], "source": source, "path": f"/src/{i}",
+                                    "lang": None if name.startswith("code") else "en", "sha256": "0" * 64,
                                     "text": f"def f{i}(x):\n    return x + {rng.randrange(99)}  # {name}\n"}) + "\n")
     return root
 
