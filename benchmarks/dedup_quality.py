@@ -21,7 +21,13 @@ Each side, once per threshold t in (0.8, 0.5), runs a complete, independent dedu
 
 - ours: `Deduplicator(DedupSettings(near=NearSettings(threshold=t)))`, defaults otherwise (exact
   dedup on, 128 slots, LSH shaped for t - 0.2, exact verification), 8,192-row batches, documents
-  ordered by id (`keep: oldest` with no timestamps: ties broken by id);
+  ordered by id (`keep: oldest` with no timestamps: ties broken by id). In the same child, after
+  the MinHash runs and timed apart, the same with `near.method: simhash` (64-bit fingerprints within
+  `DEDUP_QUALITY_SIMHASH_K` bits, default 3: the stage's default), once with the default exact
+  Jaccard verification ("SimHash") and once trusting the distance (`verify: none`, "SimHash,
+  unverified"). Their rows are ours only (the peer column says nan): SimHash beside MinHash on the
+  same ground truth. "wall time" is ours' MinHash runs only, as before; the SimHash runs have their
+  own rows; peak RSS covers the whole child;
 - peer: what a plain datasketch user gets: `MinHash.bulk` over the same shingles (dedup_truth.py's,
   computed in Python), `MinHashLSH(threshold=t, num_perm=128)` with datasketch's own bands/rows for t,
   and the usual greedy loop over the documents in the same order: query; a non-empty answer makes
@@ -65,7 +71,6 @@ from benchmarks.harness import (
     Spec,
     Target,
     peak_rss_metric,
-    work_seconds_metric,
 )
 
 THRESHOLDS = (0.8, 0.5)
@@ -252,7 +257,16 @@ def score(spec: Spec, t: float, links: list[tuple[int, int]], cluster: list[int]
 
 
 # -- ours ------------------------------------------------------------------------------------------
+SIMHASH_VARIANTS = {"simhash": {"method": "simhash"}, "simhash_unverified": {"method": "simhash", "verify": "none"}}
+
+
+def simhash_k() -> int:
+    return int(os.environ.get("DEDUP_QUALITY_SIMHASH_K", "3"))
+
+
 def run_ours(spec: Spec, run_dir: Path) -> Prepared:
+    import time
+
     import pyarrow as pa
 
     from platform_assets.dedup.deduplicator import Deduplicator
@@ -268,18 +282,31 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     })
     del texts
     settings = {t: DedupSettings(near=NearSettings(threshold=t)) for t in THRESHOLDS}
+    max_distance = simhash_k()
+    variants = {name: {t: DedupSettings(near=NearSettings(threshold=t, **near, simhash={"max_distance": max_distance}))
+                       for t in THRESHOLDS} for name, near in SIMHASH_VARIANTS.items()}
     Deduplicator(settings[THRESHOLDS[0]]).add_batch(table.slice(0, 8))  # one-off tables, untimed
 
-    def work():
+    def run(by_threshold):
         out = {}
         for t in THRESHOLDS:
-            dedup = Deduplicator(settings[t])
+            dedup = Deduplicator(by_threshold[t])
             for batch in table.to_batches(max_chunksize=BATCH_ROWS):
                 dedup.add_batch(batch)
             out[t] = dedup.finish()
         return out
 
-    def finish(results) -> dict[str, Any]:
+    def work():
+        start = time.perf_counter()
+        out = {"minhash": run(settings)}
+        seconds = {"minhash": time.perf_counter() - start}
+        for name, by_threshold in variants.items():
+            start = time.perf_counter()
+            out[name] = run(by_threshold)
+            seconds[name] = time.perf_counter() - start
+        return out, seconds
+
+    def scored(results) -> dict[str, Any]:
         measured: dict[str, Any] = {}
         for t, result in results.items():
             dup = result.duplicates
@@ -290,6 +317,16 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
                 cluster[r] = k
             measured[str(t)] = score(spec, t, list(zip(removed, kept, strict=True)), cluster)
             measured[str(t)]["counts"] = result.counts.as_dict()
+        return measured
+
+    def finish(done) -> dict[str, Any]:
+        results, seconds = done
+        measured = scored(results["minhash"])
+        measured["minhash_seconds"] = seconds["minhash"]
+        measured["simhash_max_distance"] = max_distance
+        for name in SIMHASH_VARIANTS:
+            measured[name] = scored(results[name])
+            measured[f"{name}_seconds"] = seconds[name]
         return measured
 
     return Prepared(work, finish)
@@ -350,6 +387,42 @@ def check(ours: Record, peer: Record) -> None:
         a, b = ours[str(t)]["truth_pairs"], peer[str(t)]["truth_pairs"]
         if a != b:
             raise BenchmarkError(f"the sides read different ground truths at {t}: {a} vs {b} pairs")
+        for name in SIMHASH_VARIANTS:
+            if ours[name][str(t)]["truth_pairs"] != a:
+                raise BenchmarkError(f"{name} was scored against another ground truth at {t}")
+
+
+def f1(scores: dict[str, Any]) -> float:
+    """Harmonic mean of precision and (strict) recall."""
+    p, r = scores["precision"], scores["recall"]
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _ours_only(name: str, field: str, t: float | None = None):
+    """A figure of the SimHash runs (ours' record only; the peer's is nan)."""
+    def value(r: Record, s: Spec) -> float:
+        if name not in r:
+            return float("nan")
+        scores = r[name][str(t)]
+        return f1(scores) if field == "f1" else scores[field]
+    return value
+
+
+def _simhash_metrics() -> list[Metric]:
+    out: list[Metric] = []
+    for name, label in (("simhash", "SimHash"), ("simhash_unverified", "SimHash, unverified")):
+        for t in THRESHOLDS:
+            out += [
+                Metric(f"{label} precision @{t}", "", None, _ours_only(name, "precision", t), "{:.4f}"),
+                Metric(f"{label} recall @{t}", "", None, _ours_only(name, "recall", t), "{:.4f}"),
+                Metric(f"{label} recall, resolved @{t}", "", None, _ours_only(name, "recall_resolved", t),
+                       "{:.4f}"),
+                Metric(f"{label} F1 @{t}", "", None, _ours_only(name, "f1", t), "{:.4f}"),
+                Metric(f"{label} documents removed @{t}", "", None, _ours_only(name, "removed", t), "{:,.0f}"),
+            ]
+        out.append(Metric(f"{label} wall time", "s", None,
+                          lambda r, s, n=name: r.get(f"{n}_seconds", float("nan")), "{:,.2f}"))
+    return out
 
 
 def _metrics() -> tuple[Metric, ...]:
@@ -359,6 +432,7 @@ def _metrics() -> tuple[Metric, ...]:
         out += [
             Metric(f"precision @{t}", "", True, lambda r, s, k=k: r[k]["precision"], "{:.4f}"),
             Metric(f"recall @{t}", "", True, lambda r, s, k=k: r[k]["recall"], "{:.4f}"),
+            Metric(f"F1 @{t}", "", True, lambda r, s, k=k: f1(r[k]), "{:.4f}"),
             Metric(f"recall, resolved @{t}", "", True, lambda r, s, k=k: r[k]["recall_resolved"], "{:.4f}"),
             Metric(f"cluster precision @{t}", "", True, lambda r, s, k=k: r[k]["cluster_precision"],
                    "{:.4f}"),
@@ -373,7 +447,9 @@ def _metrics() -> tuple[Metric, ...]:
                    "{:,.0f}"),
             Metric(f"documents removed @{t}", "", None, lambda r, s, k=k: r[k]["removed"], "{:,.0f}"),
         ]
-    return (*out, work_seconds_metric(), peak_rss_metric())
+    # ours' work also runs SimHash (timed apart): the comparable time is its MinHash runs
+    wall = Metric("wall time", "s", False, lambda r, s: r.get("minhash_seconds", r["seconds"]), "{:,.2f}")
+    return (*out, wall, *_simhash_metrics(), peak_rss_metric())
 
 
 TARGETS = tuple(
@@ -381,7 +457,9 @@ TARGETS = tuple(
     for t in THRESHOLDS for m in ("precision", "recall")
 )
 OURS_LABEL = ("platform_assets.dedup.Deduplicator, default settings but the threshold (exact dedup, 128-slot "
-              "one-permutation MinHash, LSH tuned for t - 0.2, exact verification)")
+              "one-permutation MinHash, LSH tuned for t - 0.2, exact verification); SimHash rows: the same "
+              "with near.method simhash (max_distance DEDUP_QUALITY_SIMHASH_K, default 3), with and without "
+              "exact verification")
 PEER_LABEL = ("datasketch MinHash.bulk (num_perm=128) + MinHashLSH(threshold=t) with its default bands x "
               "rows, greedy query-then-insert in id order, no verification")
 

@@ -122,6 +122,22 @@ def test_dedup_quality_text(text_corpus: Path, tmp_path: Path, monkeypatch):
             assert 0.0 <= fig[f"{m} @{t}"]["peer"] <= 1.0
         # planted copies (2 of ~120 words edited: J ~ 0.9, or exact) are all found, nothing else is
         assert fig[f"precision @{t}"]["ours"] == 1.0 and fig[f"recall @{t}"]["ours"] == 1.0
+        assert fig[f"F1 @{t}"]["ours"] == 1.0 and 0.0 <= fig[f"F1 @{t}"]["peer"] <= 1.0
+        # SimHash beside it, on the same truth: 2 edits of ~700 words move ~3.4 of 64 bits, so at
+        # max_distance 3 it finds some near copies (and every exact one), never a false pair
+        for label in ("SimHash", "SimHash, unverified"):
+            assert fig[f"{label} precision @{t}"]["ours"] == 1.0
+            assert 0.0 < fig[f"{label} recall @{t}"]["ours"] <= 1.0
+            f1 = fig[f"{label} F1 @{t}"]["ours"]
+            recall = fig[f"{label} recall @{t}"]["ours"]
+            assert abs(f1 - 2 * recall / (1 + recall)) < 1e-9
+            assert fig[f"{label} documents removed @{t}"]["ours"] >= 9  # the exact copies at least
+            assert fig[f"{label} precision @{t}"]["peer"] != fig[f"{label} precision @{t}"]["peer"]  # nan
+    for label in ("SimHash", "SimHash, unverified"):
+        assert fig[f"{label} wall time"]["ours"] > 0
+    ours = result["records"]["ours"][0]
+    assert ours["simhash_max_distance"] == 3 and 0 < ours["minhash_seconds"] < ours["seconds"]
+    assert fig["wall time"]["ours"] == ours["minhash_seconds"]
     assert {t["metric"] for t in result["targets"]} == {"precision @0.8", "recall @0.8", "precision @0.5",
                                                         "recall @0.5"}
 
@@ -144,6 +160,7 @@ def test_dedup_quality_python_versions(tmp_path: Path, monkeypatch):
     assert len(spec["docs"]) == 12 and fig["truth pairs @0.8"]["ours"] == 6
     assert fig["precision @0.8"]["ours"] == 1.0 and fig["recall @0.8"]["ours"] == 1.0
     assert fig["documents removed @0.8"]["ours"] == 6
+    assert fig["SimHash precision @0.8"]["ours"] == 1.0  # verified: any pair it reports is a truth pair
 
 
 def test_quality_scores(tmp_path: Path):

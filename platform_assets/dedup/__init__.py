@@ -1,4 +1,4 @@
-"""Deduplication stage logic (Dagster-free): exact, MinHash-LSH and perceptual-hash (images)
+"""Deduplication stage logic (Dagster-free): exact, MinHash-LSH or SimHash, and perceptual-hash (images)
 near-duplicate removal.
 
 Entry points for the asset wrapper:
@@ -9,7 +9,8 @@ Entry points for the asset wrapper:
 - `AcceptedSignatures.from_table(parquet_table, settings)` / `.to_table(settings)`.
 
 Modules: settings (config), keys (what is a duplicate, per modality), shingles + hash64 (vectorised
-shingle hashing), minhash (signatures), lsh_index (datasketch MinHashLSH), exact (normalised-text
+shingle hashing), minhash (signatures), lsh_index (datasketch MinHashLSH), simhash (the SimHash
+method: fingerprints, block tables, its greedy pass), exact (normalised-text
 hash + Arrow group-by), keep_policy (total order of documents), near_dedup (greedy LSH pass),
 image_near (phash band index + greedy pass), clusters (union-find, reports), signature_store (the
 accepted-signature artifact), deduplicator (the stage).
