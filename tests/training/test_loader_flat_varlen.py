@@ -21,7 +21,8 @@ from loader_runs import assert_same_batches, epochs, sample_ids, take  # noqa: E
 from platform_assets.packing.shard_index import ShardSamples  # noqa: E402
 from platform_assets.storage import StagedDir  # noqa: E402
 from training.data import LoaderConfig, PackedLoader  # noqa: E402
-from training.data.collate import IGNORE_INDEX  # noqa: E402
+from training.data.collate import IGNORE_INDEX, padded_width  # noqa: E402
+from training.data.loader import LoaderConfigError  # noqa: E402
 from training.data.shard_index import ShardIndexError, read_flat_index  # noqa: E402
 from training.data.shard_reader import SOURCE_SHIFT, CorruptShardError, ShardDataError  # noqa: E402
 
@@ -186,3 +187,12 @@ def test_index_sizes_that_do_not_fit_the_counts_and_old_readers_refuse(shards, t
     index_path.write_text(json.dumps(index))
     with pytest.raises(ShardIndexError, match=r"files\.tokens\.bytes: .* does not fit the shard"):
         PackedLoader(_cfg(root))
+
+
+def test_padded_width_rounds_up_only_when_asked():
+    assert [padded_width(n, None) for n in (1, 17, 32)] == [1, 17, 32]
+    assert [padded_width(n, 1) for n in (1, 17)] == [1, 17]
+    assert [padded_width(n, 8) for n in (1, 8, 9, 17, 32)] == [8, 8, 16, 24, 32]
+    assert padded_width(0, 8) == 0  # an empty batch stays empty
+    with pytest.raises(LoaderConfigError, match="pad_to_multiple_of: expected None or an int >= 1, got 0"):
+        LoaderConfig("unused", pad_to_multiple_of=0)
