@@ -16,7 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from training.data.batch_plan import BatchPlan
 from training.data.batch_transfer import pack
-from training.data.collate import collate_packed, collate_padded
+from training.data.collate import collate_packed, collate_padded, padded_width
 from training.data.global_order import GlobalOrder
 from training.data.length_buckets import LengthBuckets
 from training.data.shard_reader import SplitReader
@@ -24,8 +24,9 @@ from training.data.shard_reader import SplitReader
 
 class MicroBatchDataset(IterableDataset):
     def __init__(self, plan: BatchPlan, order: GlobalOrder | LengthBuckets, reader: SplitReader, collate: str,
-                 epoch: int, start: int, group: int | None) -> None:
-        """group: micro-batches per message when iterated by DataLoader workers; None in process."""
+                 epoch: int, start: int, group: int | None, pad_to_multiple_of: int | None = None) -> None:
+        """group: micro-batches per message when iterated by DataLoader workers; None in process.
+        pad_to_multiple_of: collate="padded" rounds each micro-batch's width up to a multiple of it."""
         super().__init__()
         if not 0 <= start <= plan.micro_batches_per_epoch:
             raise ValueError(f"start micro-batch {start} outside [0, {plan.micro_batches_per_epoch}]")
@@ -36,12 +37,14 @@ class MicroBatchDataset(IterableDataset):
         self.epoch = epoch
         self.start = start
         self.group = group
+        self.pad_to_multiple_of = pad_to_multiple_of
 
     def micro_batch(self, m: int) -> dict[str, Any]:
         src, idx = self.order.samples(self.epoch, self.plan.positions(m))
         if self.padded:
-            width = int(self.reader.lengths(src, idx).max())
-            return collate_padded(self.reader.read(src, idx, width))
+            width = padded_width(int(self.reader.lengths(src, idx).max()), self.pad_to_multiple_of)
+            index = self.reader.index  # rows hold at most seq_len positions; collate_padded pads beyond
+            return collate_padded(self.reader.read(src, idx, min(width, index.seq_len)), width, index.pad_id)
         return collate_packed(self.reader.read(src, idx))
 
     def __iter__(self):

@@ -8,7 +8,7 @@ configured with, index.json gets the format's declared layout). See SHARD_FORMAT
 
 from __future__ import annotations
 
-from platform_assets.packing.formats import flat, lance, parquet, webdataset
+from platform_assets.packing.formats import flat, flat_varlen, lance, parquet, webdataset
 from platform_assets.packing.formats.base import SetHeader, ShardFormat
 from platform_assets.packing.samples import ShardSetError
 
@@ -16,11 +16,12 @@ REGISTRY: dict[str, ShardFormat] = {f.name: f for f in (
     flat.FORMAT,
     parquet.FORMAT,
     webdataset.FORMAT,
+    flat_varlen.FORMAT,
     lance.FORMAT,
 )}
 FORMATS: tuple[str, ...] = tuple(n for n, f in REGISTRY.items() if f.default)
 """The formats written by default, in registry order (every registered one but `lance`, whose rebuilds
-are not byte-identical: SHARD_FORMAT.md)."""
+are not byte-identical: SHARD_FORMAT.md, and `flat_varlen`, opt-in so the default output stays as pinned)."""
 
 
 def format_names() -> tuple[str, ...]:
