@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import message_contents
+from platform_assets.cleaning.language_tags import AllowList
 from platform_assets.cleaning.license_gate import license_violations
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
@@ -111,24 +112,35 @@ def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[
     bounds. Captions and transcripts (`label_only_modalities`) are kept whatever their score, so only
     their confident labels count here."""
     language = cfg.cleaning.language
+    # short texts have their own, lower thresholds (min_score_by_words): the check has no text, so it
+    # holds every document to the lowest of them
+    min_score = min([language.min_score, *language.min_score_by_words.values()])
     shares: Counter[str] = Counter()
+    tags: Counter[tuple[str, str | None]] = Counter()
     low = 0
     schema = output_schema(storage, rel)
     with_modality = schema is not None and "modality" in schema.names
-    for batch in read_batches(storage, rel, ["lang", "lang_score", *(["modality"] if with_modality else [])]):
-        below = pc.less(batch.column("lang_score"), language.min_score)
+    with_script = schema is not None and "lang_script" in schema.names
+    columns = ["lang", "lang_score", *(["modality"] if with_modality else [])]
+    columns += ["lang_script"] if with_script else []
+    for batch in read_batches(storage, rel, columns):
+        below = pc.less(batch.column("lang_score"), min_score)
         if with_modality and language.label_only_modalities:
             label_only = pc.is_in(batch.column("modality"), value_set=pa.array(language.label_only_modalities))
             batch = batch.filter(pc.invert(pc.and_(label_only, below.fill_null(False))))
-            below = pc.less(batch.column("lang_score"), language.min_score)
-        shares.update(v for v in batch.column("lang").to_pylist() if v is not None)
+            below = pc.less(batch.column("lang_score"), min_score)
+        langs = batch.column("lang").to_pylist()
+        scripts = batch.column("lang_script").to_pylist() if with_script else [None] * len(langs)
+        shares.update(v for v in langs if v is not None)
+        tags.update((v, s) for v, s in zip(langs, scripts, strict=True) if v is not None)
         low += int(pc.sum(below).as_py() or 0)
     total = sum(shares.values())
     problems = []
     if low:
-        problems.append(f"{low} kept documents score below min_score {language.min_score}")
+        problems.append(f"{low} kept documents score below min_score {min_score}")
     if language.allow is not None:
-        outside = {k: v for k, v in shares.items() if k not in language.allow}
+        allow = AllowList(language.allow)  # BCP-47 matching: `no` covers nb and nn, `zh-Hant` a script
+        outside = {f"{k}-{s}" if s else k: v for (k, s), v in tags.items() if not allow.allows(k, s)}
         if outside:
             problems.append(f"languages outside the allow-list: {outside}")
     for lang, (lo, hi) in cfg.cleaning_gates.language_shares.items():
