@@ -5,9 +5,10 @@ in. A document's split depends on its id, the seed and the ratios only, so addin
 moves existing ones, on any machine, without any state. Each split's share is binomial around its
 ratio: at 1% of 1 M documents, 10,000 +- 100.
 
-Stratified (`stratify_by`): small strata need exact shares (a 50-document language at 1% gets 0 or 1
-validation document, by luck), and exact shares depend on the set of documents, so stability needs
-memory: pass the previous assignment as `prior`. Documents in it keep their split; within each
+Stratified (`stratify_by`: a column, or `meta.<key>[.<key>...]` inside the JSON meta): small strata
+need exact shares (a 50-document language at 1% gets 0 or 1 validation document, by luck), and exact
+shares depend on the set of documents, so stability needs memory: pass the previous assignment as
+`prior`. Documents in it keep their split; within each
 stratum the new documents, in hash order, each go to the split furthest below its target
 (ratio x stratum size); ties go train, validation, test. Every stratum then stays within one
 document of its ratios, and a re-run with the same prior gives the same answer.
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from platform_assets.splits.settings import SplitSettings
+from platform_assets.stats.fields import FieldPath, field_values
 
 SPLIT_NAMES: tuple[str, str, str] = ("train", "validation", "test")
 _NAMES = np.array(SPLIT_NAMES, dtype=object)
@@ -52,7 +54,8 @@ def hash_split_codes(u: np.ndarray, ratios: tuple[float, float, float]) -> np.nd
 def assign_splits(
     table: pa.Table | pa.RecordBatch, settings: SplitSettings, prior: pa.Table | None = None
 ) -> pa.Array:
-    """The split of every row of `table` (needs `id`, and the `stratify_by` column if set).
+    """The split of every row of `table` (needs `id`, and the `stratify_by` column, or `meta` for a
+    `meta.` path, if set).
 
     `prior`: a table with `id` and `split` from the previous assignment; its documents keep their
     split (required for stability when stratifying; harmless otherwise).
@@ -74,12 +77,8 @@ def assign_splits(
     if settings.stratify_by is None:
         codes[new] = hash_split_codes(u[new], ratios)
     else:
-        strata = table.column(settings.stratify_by).cast(pa.string()).fill_null("\x00null")
-        stratum = (
-            pc.dictionary_encode(strata).combine_chunks()
-            if isinstance(strata, pa.ChunkedArray)
-            else pc.dictionary_encode(strata)
-        )
+        # rows without the field (null) are one stratum of their own, reported as <missing>
+        stratum = pc.dictionary_encode(stratum_values(table, settings.stratify_by), null_encoding="encode")
         stratum_idx = stratum.indices.to_numpy(zero_copy_only=False)
         id_list = ids.to_pylist()
         by_stratum = np.argsort(stratum_idx, kind="stable")
@@ -87,6 +86,12 @@ def assign_splits(
         for rows in np.split(by_stratum, bounds):
             _fill_stratum(codes, rows, u, id_list, ratios)
     return pa.array(_NAMES[codes], pa.string())
+
+
+def stratum_values(table: pa.Table | pa.RecordBatch, spec: str) -> pa.Array:
+    """The stratum of every row as strings, null where the row lacks the field: a column named `spec`
+    (also a precomputed key column called `meta.label`), else the path into `meta` (stats/fields.py)."""
+    return field_values(table, FieldPath.parse(spec, table.schema.names))
 
 
 def _fill_stratum(

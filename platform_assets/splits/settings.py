@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from platform_assets.contracts import StrictModel
+from platform_assets.stats.settings import validate_field_spec
 
 
 class SplitRatios(StrictModel):
@@ -42,6 +43,13 @@ class SplitSettings(StrictModel):
     """Salt of the id hash: changing it reshuffles every document, so it is part of a dataset's identity."""
     ratios: SplitRatios = SplitRatios()
     stratify_by: str | None = None
-    """Column (e.g. `source`, `lang`) whose every value gets the ratios within +-1 document. Needs the
-    previous assignment to stay stable as the corpus grows (see splits/assignment.py)."""
+    """Column (e.g. `source`, `lang`) or field of the JSON `meta` (`meta.label`, `meta.annotation.class`:
+    where CSV/JSONL sources keep their labels) whose every value gets the ratios within +-1 document;
+    documents without the field are one more stratum, `<missing>`. Needs the previous assignment to stay
+    stable as the corpus grows (see splits/assignment.py)."""
     leakage: LeakCheckSettings = LeakCheckSettings()
+
+    @field_validator("stratify_by")
+    @classmethod
+    def _stratify_field(cls, spec: str | None) -> str | None:
+        return None if spec is None else validate_field_spec(spec)

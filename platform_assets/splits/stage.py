@@ -1,13 +1,15 @@
 """The split stage over stored outputs: add a `split` column to every deduplicated document.
 
-Pass 1 reads ids (and the stratification column) only and assigns splits; pass 2 streams the
-documents and writes them with their split. The previous output is the `prior` assignment, so with
-stratification existing documents never move either.
+Pass 1 reads ids (and the stratification column, or `meta` for a `meta.` field: a batch at a time,
+keeping only the extracted strings) and assigns splits; pass 2 streams the documents and writes them
+with their split, counting the configured label field per split on the way. The previous output is
+the `prior` assignment, so with stratification existing documents never move either.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -18,12 +20,50 @@ from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
 from platform_assets.splits.leakage import LeakageChecker, LeakageReport
 from platform_assets.splits.settings import SplitSettings
+from platform_assets.stats.fields import FieldPath, display, field_values
+from platform_assets.stats.labels import LabelCounts
+from platform_assets.stats.settings import StatisticsSettings
 from platform_assets.storage import Storage
 
 
 @dataclass(frozen=True, kw_only=True)
 class SplitStageResult(StageResult):
     counts: dict[str, int]  # documents per split
+    strata: list[dict[str, Any]] = field(default_factory=list)
+    """With `stratify_by`: the largest strata (and `<missing>`), each with documents and per-split counts."""
+    strata_total: int = 0
+    labels: LabelCounts | None = None
+    """With `statistics.label_field`: the label distribution per split."""
+
+
+def _stratum_keys(source: TableSource, settings: SplitSettings) -> pa.Table:
+    """`id` and the stratum (as a string column named `stratify_by`) of every row, in part order. Read a
+    batch at a time: a `meta.` field needs the whole `meta` column, which holds chat conversations."""
+    path = FieldPath.parse(settings.stratify_by, source.schema.names)
+    batches = [pa.record_batch({"id": b.column("id"), settings.stratify_by: field_values(b, path)})
+               for b in source.batches(["id", path.column])]
+    schema = pa.schema([pa.field("id", pa.string()), pa.field(settings.stratify_by, pa.string())])
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def strata_report(keys: pa.Table, spec: str, assignment: pa.Array, top: int) -> tuple[list[dict[str, Any]], int]:
+    """The `top` largest strata (ties by name) plus `<missing>` if any: documents, train, validation, test."""
+    grouped = pa.table({"stratum": keys.column(spec), "split": assignment}).group_by(
+        ["stratum", "split"], use_threads=False).aggregate([([], "count_all")])
+    per: dict[str | None, dict[str, int]] = {}
+    for stratum, split, n in zip(*(grouped[c].to_pylist() for c in ("stratum", "split", "count_all")), strict=True):
+        per.setdefault(stratum, dict.fromkeys(SPLIT_NAMES, 0))[split] = n
+    order = sorted((k for k in per if k is not None), key=lambda k: (-sum(per[k].values()), k))[:top]
+    shown = [*order, *([None] if None in per else [])]
+    rows = [{"stratum": display(k), "documents": sum(per[k].values()), **per[k]} for k in shown]
+    return rows, len(per)
+
+
+def _parse_field(key: str, spec: str, schema: pa.Schema, in_rel: str) -> FieldPath:
+    try:
+        return FieldPath.parse(spec, schema.names)
+    except ValueError as e:
+        raise ValueError(f"{key}: {e} in {in_rel}") from e
 
 
 def split_outputs(
@@ -32,19 +72,25 @@ def split_outputs(
     out_rel: str,
     settings: SplitSettings,
     io: IOSettings = DEFAULT_IO,
+    statistics: StatisticsSettings | None = None,
 ) -> SplitStageResult:
+    statistics = statistics or StatisticsSettings()
     source = TableSource(storage, in_rel, io)
     schema = source.schema
     if schema is None:
         raise ValueError(f"no input documents under {in_rel}")
-    if settings.stratify_by and settings.stratify_by not in schema.names:
-        raise ValueError(f"splits.stratify_by: no column {settings.stratify_by!r} in {in_rel} ({schema.names})")
-    key_columns = ["id", *([settings.stratify_by] if settings.stratify_by else [])]
-    keys = source.table(key_columns)
+    if settings.stratify_by:
+        _parse_field("splits.stratify_by", settings.stratify_by, schema, in_rel)
+    label_path = _parse_field("statistics.label_field", statistics.label_field, schema, in_rel) \
+        if statistics.label_field else None
+    keys = _stratum_keys(source, settings) if settings.stratify_by else source.table(["id"])
     prior = TableSource(storage, out_rel, io).table(["id", "split"]) if settings.stratify_by else None
     # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
     # stream is row i of the assignment (no per-batch id lookup)
     assignment = assign_splits(keys, settings, prior)
+    strata, strata_total = ([], 0) if not settings.stratify_by else strata_report(
+        keys, settings.stratify_by, assignment, statistics.strata_reported)
+    labels = LabelCounts(label_path, statistics.max_distinct_labels) if label_path else None
 
     out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
         else schema
@@ -53,12 +99,15 @@ def split_outputs(
         for batch in source.tracked_batches("split"):
             split = assignment.slice(offset, batch.num_rows)
             offset += batch.num_rows
+            if labels is not None:
+                labels.add_batch(batch, split)
             table = pa.Table.from_batches([batch])
             if "split" in table.schema.names:
                 table = table.drop_columns(["split"])
             sink.write(table.append_column("split", split))
     return SplitStageResult(rel=out_rel, files=sink.files, rows=sink.rows, schema=out_schema,
-                            counts=split_counts(assignment))
+                            counts=split_counts(assignment), strata=strata, strata_total=strata_total,
+                            labels=labels)
 
 
 def check_split_leakage(
