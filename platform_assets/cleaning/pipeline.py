@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from platform_assets.cleaning.blocklist import BlocklistFilter
+from platform_assets.cleaning.conversation_filter import ConversationFilter
 from platform_assets.cleaning.guard import Guard
 from platform_assets.cleaning.html_extract import HtmlExtract
 from platform_assets.cleaning.language_id import LanguageFilter
@@ -254,6 +255,10 @@ STEP_BUILDERS: dict[str, StepBuilder] = {
     "audio": lambda s: AudioFilter(s.audio) if s.audio.enabled else None,
     "html": lambda s: HtmlExtract(s.html, on_error=s.on_error) if s.html.enabled else None,
     "normalize": lambda s: Normalize(s.normalize, on_error=s.on_error) if s.normalize.enabled else None,
+    # a chat document's turns, once normalised (a turn of zero-width spaces is empty by then); only
+    # recipes for instruction data turn it on (`sft`)
+    "conversation": lambda s: ConversationFilter(s.conversation, on_error=s.on_error)
+    if s.conversation.enabled else None,
     "language": lambda s: LanguageFilter(s.language, on_error=s.on_error) if s.language.enabled else None,
     "quality": lambda s: QualityStep(s.quality, on_error=s.on_error) if s.quality else None,
     "blocklist": lambda s: BlocklistFilter(s.blocklist, on_error=s.on_error) if s.blocklist.enabled else None,

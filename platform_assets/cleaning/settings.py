@@ -21,10 +21,11 @@ published thresholds (the presets and their settings: `cleaning/quality/`, one m
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
+from platform_assets.cleaning.conversation_filter import ConversationSettings
 from platform_assets.cleaning.quality import PRESET_SETTINGS, QualityPreset, fineweb_recipe, preset
 from platform_assets.cleaning.quality.base import ENGLISH, TEXT_SCOPE, Count, Langs, Ratio
 from platform_assets.cleaning.quality.c4 import C4Settings
@@ -40,7 +41,8 @@ from platform_assets.contracts import StrictModel
 
 __all__ = [  # the preset settings are part of the `cleaning:` config; they live with their rules
     "ENGLISH", "PRESET_SETTINGS", "C4Settings", "CodeRatioSettings", "Count", "CustomSettings", "FineWebSettings",
-    "GopherQualitySettings", "GopherRepetitionSettings", "Langs", "LengthSettings", "QualityPreset", "Ratio",
+    "ConversationSettings", "GopherQualitySettings", "GopherRepetitionSettings", "Langs", "LengthSettings",
+    "QualityPreset", "Ratio",
     "SeedFiltersSettings", "SymbolRatioSettings", "fineweb_recipe", "preset",
 ]
 
@@ -100,6 +102,15 @@ class HtmlSettings(StrictModel):
     noscript: bool = False
     comments: bool = False
     """Keep user comment sections as main content."""
+    generator_rules: bool = True
+    """Pages whose `<meta name="generator">` names a documentation generator we know (Sphinx, DocBook
+    XSL, Publican, makeinfo: `cleaning/html_generators.py`) lose the navigation that generator marks
+    and keep everything else, instead of going through the main-content heuristic (which drops every
+    bulleted list and DocBook's sidebar boxes, and keeps makeinfo's and DocBook's navigation bars:
+    recall 73-96%, measured per generator in benchmarks/RESULTS.md). Other pages are unaffected."""
+    extra_navigation: tuple[str, ...] = ()
+    """CSS selectors of elements removed from every html page before extraction (a site's own menus,
+    e.g. `div.site-menu`); applied with or without `main_content`."""
 
 
 class NormalizeSettings(StrictModel):
@@ -265,12 +276,40 @@ class LicenseSettings(StrictModel):
         return license_id is not None and license_id.strip().casefold() in {a.casefold() for a in self.allow or ()}
 
 
+# -- recipes (cleaning/recipes.py) -------------------------------------------------------------------
+
+
+class RecipeGates(StrictModel):
+    """A recipe's bounds for the blocking removal checks on cleaned_documents; each field set here
+    replaces the global `cleaning_gates:` one for the sources of the recipe (None: the global value)."""
+
+    max_removal_rate: Ratio | None = None
+    """Share of a source's documents that cleaning may remove in all."""
+    max_rule_removal_rate: Ratio | None = None
+    """Share of the documents entering a rule group that the group may remove."""
+    rule_bounds: dict[str, Ratio] = {}
+    """Per rule group or full rule name; merged over the global `cleaning_gates.rule_bounds`."""
+
+
+class RecipeSettings(StrictModel):
+    """A custom recipe (`cleaning.recipes.<name>`): `overrides` deep-merged onto the recipe `base`
+    (mappings merge key by key, lists and values replace), validated as a `cleaning:` block."""
+
+    base: str = "web"
+    """The recipe it starts from: a built-in one (web, code, docs, sft) or another custom one."""
+    overrides: dict[str, Any] = {}
+    """Sections of the `cleaning:` block, e.g. `{quality: [{preset: seed_filters}], conversation:
+    {min_response_words: 3}}`; errors name the recipe and the key."""
+    gates: RecipeGates | None = None
+    """The removal-check bounds of this recipe; None: those of `base`."""
+
+
 # -- the stage ----------------------------------------------------------------------------------------
 
 
 class CleaningSettings(StrictModel):
     """Steps run in this order: licences (in `drop` mode), guard, images, audio, html, normalize,
-    language, quality (in list order), blocklist, pii. Captions, page text and transcripts go through
+    conversation, language, quality (in list order), blocklist, pii. Captions, page text and transcripts go through
     the text steps like any text (the quality presets are scoped to text and HTML: a caption is not a
     web page).
 
@@ -288,6 +327,13 @@ class CleaningSettings(StrictModel):
     blocklist: BlocklistSettings = BlocklistSettings()
     pii: PiiSettings = PiiSettings()
     licenses: LicenseSettings = LicenseSettings()
+    conversation: ConversationSettings = ConversationSettings()
+    """Turn checks of chat and instruction documents (the `sft` recipe's rules); off here."""
+    default_recipe: str = "web"
+    """The recipe of a source that names none (`recipe:` in its config). `web` is this block as
+    written, so sources without a recipe are cleaned exactly as before recipes existed."""
+    recipes: dict[str, RecipeSettings] = {}
+    """Custom recipes by name, beside the built-in web, code, docs and sft (cleaning/recipes.py)."""
     on_error: Literal["exclude", "raise"] = "exclude"
     """`exclude`: a document whose processing raises is removed under rule `<step>.error` (and
     counted); `raise`: the batch fails."""
@@ -303,4 +349,11 @@ class CleaningSettings(StrictModel):
                 f"language.enabled is false but {', '.join(gated)} filter by language: set their "
                 "`languages: null` or enable the language step"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _recipes_resolve(self) -> CleaningSettings:
+        from platform_assets.cleaning.recipes import check_recipes  # recipes.py imports this module
+
+        check_recipes(self)  # ValueError naming the recipe and what is wrong with it
         return self

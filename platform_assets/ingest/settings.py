@@ -98,6 +98,9 @@ class _SourceBase(StrictModel):
     license: str | None = None
     snapshot_time: datetime | None = None
     """Overrides the per-file modification time recorded as `ingested_at`."""
+    recipe: str | None = None
+    """The cleaning recipe that judges this source: a built-in one (web, code, docs, sft) or one of
+    `cleaning.recipes` (platform_assets/cleaning/recipes.py); None: `cleaning.default_recipe`."""
 
     def is_remote(self) -> bool:
         return "://" in self.path

@@ -22,9 +22,10 @@ from platform_assets.spot_checks import spot_check, to_markdown
     kinds={"parquet"},
     code_version="1",
     description=(
-        "One source's documents after the cleaning steps (guard, HTML main text, normalisation, "
-        "language ID, quality presets, blocklist, PII redaction), with `lang`, `lang_score` and "
-        "`pii_redactions` columns. Every removed document is in _exclusions.parquet with its rule and value."
+        "One source's documents after the cleaning steps of its recipe (`recipe:`; guard, HTML main text, "
+        "normalisation, chat turn checks, language ID, quality presets, blocklist, PII redaction), with "
+        "`lang`, `lang_score` and `pii_redactions` columns. Every removed document is in "
+        "_exclusions.parquet with its rule and value."
     ),
 )
 def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
@@ -32,14 +33,17 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     ctx = stage_context(pipeline, "cleaned_documents", source)
     cfg = ctx.cfg
     in_rel = ctx.input_dir("raw_documents", source)
+    recipe = cfg.cleaning_recipe(source)  # the source's `recipe:` (cleaning/recipes.py), its gates with it
     stage = run_stage("cleaned_documents", lambda: clean_output(ctx.storage, in_rel, ctx.rel,
-                                                                cfg.cleaning_settings(), cfg.io))
+                                                                recipe.settings, cfg.io))
     funnel = stage.funnel
-    context.log.info(f"{source}: {funnel.docs_in} in, {funnel.docs_out} out, removed {funnel.removed_by_rule()}")
+    context.log.info(f"{source} (recipe {recipe.name}): {funnel.docs_in} in, {funnel.docs_out} out, "
+                     f"removed {funnel.removed_by_rule()}")
     removed = {rule: v["docs"] for rule, v in funnel.removed_by_rule().items()}
     counters = funnel.counters()
     metadata = {
         "source": source,
+        "recipe": recipe.name,
         "funnel": dg.MetadataValue.md(funnel.to_markdown()),
         "funnel_chart": dg.MetadataValue.md(bar_chart_markdown(
             f"{source}: documents in, removed per rule, out",
@@ -52,5 +56,5 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     sample = spot_check(ctx.storage, n=60, per_rule=3, stages=("cleaning_exclusions",), views={
         "raw_documents": (in_rel, PART_GLOB), "cleaning_exclusions": (ctx.rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
-    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel, source=source)
+    checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel, source=source, recipe=recipe)
     return stage_result(ctx, stage, metadata, checks, preview=["id", "lang", "lang_score", "text"])
