@@ -7,6 +7,10 @@ but on a 100 KB article Resiliparse takes 1 ms and trafilatura 22 ms, trafilatur
 better for model quality. Its one weakness is its main-content heuristic on absurdly deep DOMs
 (superlinear: 13 s at depth 20,000), which :class:`HtmlExtract` bounds by measuring the depth first
 with a CSS selector (C speed: 12 ms on a 2.7 MB page).
+
+Pages written by a documentation generator we know (`html_generators`) skip the heuristic: the
+navigation their generator marks is dropped, the rest kept (the heuristic drops bulleted lists and
+admonition boxes there, and keeps the generators' Prev / Next bars).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections import Counter
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
+from platform_assets.cleaning.html_generators import COMMON_NAVIGATION, GENERATORS, detect, drop_navigation
 from platform_assets.cleaning.settings import HtmlSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -30,7 +35,8 @@ class HtmlExtract(DocumentStep):
     """Replaces an HTML document's text by its main text.
 
     Rules: ``too_deep`` (DOM deeper than `max_depth`), ``no_text`` (nothing left: an empty page, a
-    page that is all navigation, or not HTML at all).
+    page that is all navigation, or not HTML at all). Counters: ``extracted``, and
+    ``generator:<name>`` per page extracted with a generator's rules.
     """
 
     name = "html"
@@ -42,14 +48,22 @@ class HtmlExtract(DocumentStep):
         self._too_deep = _depth_selector(settings.max_depth + 1)
 
     def extract(self, html: str) -> str | Drop:
+        out = self.extract_with_generator(html)
+        return out if isinstance(out, Drop) else out[0]
+
+    def extract_with_generator(self, html: str) -> tuple[str, str | None] | Drop:
+        """(main text, name of the generator whose rules were applied or None), or why not."""
         s = self.settings
         tree = HTMLTree.parse(html)
         if tree.document is not None and tree.document.query_selector(self._too_deep) is not None:
             return Drop("too_deep", f"> {s.max_depth}")
-        return extract_plain_text(
+        generator = detect(tree, GENERATORS) if s.main_content and s.generator_rules else None
+        drop_navigation(tree, s.extra_navigation + (COMMON_NAVIGATION + generator.navigation if generator else ()))
+        text = extract_plain_text(
             tree,
             preserve_formatting=True,
-            main_content=s.main_content,
+            # the generator's own navigation is gone: everything left is main content
+            main_content=s.main_content and generator is None,
             list_bullets=s.list_bullets,
             alt_texts=s.alt_texts,
             links=s.links,
@@ -57,14 +71,17 @@ class HtmlExtract(DocumentStep):
             noscript=s.noscript,
             comments=s.comments,
         )
+        return text, generator.name if generator else None
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
-        out = self.extract(doc.text)
+        out = self.extract_with_generator(doc.text)
         if isinstance(out, Drop):
             return out
-        text = out.strip()
+        text, generator = out[0].strip(), out[1]
         if not text:
             return Drop("no_text")
         counters["extracted"] += 1
+        if generator:
+            counters[f"generator:{generator}"] += 1
         doc.text = text
         return None
