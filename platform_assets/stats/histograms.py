@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.parquet_parts import read_batches
+from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.stats.settings import StatisticsSettings
 from platform_assets.storage import Storage
 
@@ -145,7 +146,12 @@ class DocumentLengths:
 
     def finish(self) -> dict[tuple[str, str], SetLengths]:
         self._flush_pending()
-        return dict(sorted(self.sets.items()))
+        return dict(sorted(self.sets.items(), key=lambda kv: (split_rank(kv[0][0]), kv[0])))
+
+
+def split_rank(split: str) -> tuple[int, str]:
+    """train, validation, test, then any other name alphabetically: the order tables and charts use."""
+    return (SPLIT_NAMES.index(split), "") if split in SPLIT_NAMES else (len(SPLIT_NAMES), split)
 
 
 def length_stats(batches: Iterable[pa.RecordBatch], edges: Sequence[int]) -> dict[tuple[str, str], SetLengths]:

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from platform_assets.stats.fields import MISSING, FieldPath, field_values
+from platform_assets.stats.histograms import split_rank
 
 OVERFLOW = "<beyond max_distinct_labels>"
 OTHER = "<other>"
@@ -64,7 +65,7 @@ class LabelCounts:
         one count per split, total. Every document is in exactly one row."""
         top = self.top(k)
         not_other = {*top, MISSING, OVERFLOW}
-        splits = sorted(self.counts)
+        splits = sorted(self.counts, key=split_rank)
         rows = []
         for label in [*top, OTHER, OVERFLOW, MISSING]:
             per_split = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from platform_assets.charts import bar_chart_markdown
-from platform_assets.stats.histograms import LengthHistogram, SetLengths
+from platform_assets.stats.histograms import LengthHistogram, SetLengths, split_rank
 from platform_assets.stats.labels import LabelCounts
 
 MAX_CHARTS = 12
@@ -72,7 +72,7 @@ def lengths_json(stats: dict[tuple[str, str], SetLengths]) -> dict[str, Any]:
 def labels_markdown(counts: LabelCounts, k: int) -> str:
     """Labels x splits table (top k, `<other>`, `<missing>`), then a chart of the totals."""
     rows = counts.table_rows(k)
-    splits = sorted(counts.counts)
+    splits = sorted(counts.counts, key=split_rank)
     if not rows:
         return f"**labels ({counts.path.spec})**: no documents"
     head = "| label | " + " | ".join(splits) + " | total |\n|---|" + "---:|" * (len(splits) + 1) + "\n"

@@ -74,14 +74,14 @@ def test_label_counts_top_k_other_missing_per_split():
     # by hand: a at rows 0-4 -> train 0,2,4 / validation 1,3; b at 5-7 -> validation 5,7 / train 6;
     # c at 8,9 -> train 8 / validation 9; d at 10 -> train; missing at 11 (validation), 12 (test)
     assert rows == [
-        {"label": "a", "test": 0, "train": 3, "validation": 2, "total": 5},
-        {"label": "b", "test": 0, "train": 1, "validation": 2, "total": 3},
-        {"label": OTHER, "test": 0, "train": 2, "validation": 1, "total": 3},
-        {"label": MISSING, "test": 1, "train": 0, "validation": 1, "total": 2},
+        {"label": "a", "train": 3, "validation": 2, "test": 0, "total": 5},
+        {"label": "b", "train": 1, "validation": 2, "test": 0, "total": 3},
+        {"label": OTHER, "train": 2, "validation": 1, "test": 0, "total": 3},
+        {"label": MISSING, "train": 0, "validation": 1, "test": 1, "total": 2},
     ]
     assert sum(r["total"] for r in rows) == len(labels)
     md = labels_markdown(counts, 2)
-    assert "| label | test | train | validation | total |" in md and f"| {MISSING} | 1 | 0 | 1 | 2 |" in md
+    assert "| label | train | validation | test | total |" in md and f"| {MISSING} | 0 | 1 | 1 | 2 |" in md
     assert md.count("data:image/svg+xml;base64,") == 1 and not counts.truncated
     assert counts.to_dict(2)["distinct_labels"] == 4
 

@@ -59,7 +59,7 @@ def test_documents_are_summed_over_chunks_across_batches_per_split_and_source():
         _rows([("e", "train", "chat", 70, 12), ("e", "train", "chat", 30, 0), ("f", "train", "web", 16, 16)]),
     ]
     stats = length_stats(batches, edges)
-    assert list(stats) == [("test", "web"), ("train", "chat"), ("train", "web")]
+    assert list(stats) == [("train", "chat"), ("train", "web"), ("test", "web")]  # train, validation, test
     web, chat, test = stats[("train", "web")], stats[("train", "chat")], stats[("test", "web")]
     # train/web: a=10 -> [4,16), b=130 -> [64,inf), f=16 -> [16,64)
     assert web.tokens.counts.tolist() == [0, 1, 1, 1] and web.tokens.total == 10 + 130 + 16
@@ -92,8 +92,8 @@ def test_markdown_shows_occupied_bins_a_chart_per_set_and_is_deterministic():
     acc.add_batch(_rows([("x", "train", "web", 5, 5), ("y", "train", "web", 6, 6), ("z", "test", "web", 2, 2)]))
     stats = acc.finish()
     md = histograms_markdown("document length (tokens)", {k: v.tokens for k, v in stats.items()})
-    assert "| tokens | test/web | train/web |" in md
-    assert "| 2-3 | 1 | 0 |" in md and "| 4-7 | 0 | 2 |" in md and "\n| 8-15 |" not in md and "\n| 1 |" not in md
+    assert "| tokens | train/web | test/web |" in md
+    assert "| 2-3 | 0 | 1 |" in md and "| 4-7 | 2 | 0 |" in md and "\n| 8-15 |" not in md and "\n| 1 |" not in md
     assert md.count("](data:image/svg+xml;base64,") == 2
     assert md == histograms_markdown("document length (tokens)", {k: v.tokens for k, v in stats.items()})
     assert histograms_markdown("output", {}) == "**output**: no documents"
