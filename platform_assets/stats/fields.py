@@ -13,6 +13,7 @@ be named (the dot separates keys).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,13 +72,25 @@ def _walk(obj: Any, keys: tuple[str, ...]) -> Any:
     return obj
 
 
+# \u escape of an ASCII character (\u0000-\u007f): how a JSON writer could spell an ASCII key other than
+# as itself. json.dumps escapes every non-ASCII character (\u00e9, \u4e2d), which this does not match.
+_ASCII_ESCAPE = re.compile(r"\\u00[0-7][0-9a-fA-F]")
+
+
+def _may_hold(text: str, needle: str, ascii_key: bool) -> bool:
+    """False only when `text` cannot contain the key: neither its literal form nor an escape that could
+    spell it. Skipping json.loads matters for chat sources, whose meta carries whole conversations."""
+    if needle in text:
+        return True
+    return _ASCII_ESCAPE.search(text) is not None if ascii_key else "\\u" in text
+
+
 def _json_values(texts: list[str | None], keys: tuple[str, ...]) -> list[str | None]:
-    # A meta without the first key's text cannot hold it, unless it spells characters as \u escapes:
-    # skipping json.loads there matters for chat sources, whose meta carries whole conversations.
     needle = json.dumps(keys[0], ensure_ascii=False)
+    ascii_key = keys[0].isascii()
     out: list[str | None] = []
     for text in texts:
-        if text is None or (needle not in text and "\\u" not in text):
+        if text is None or not _may_hold(text, needle, ascii_key):
             out.append(None)
             continue
         try:

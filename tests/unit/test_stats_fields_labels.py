@@ -41,6 +41,19 @@ def test_meta_paths_and_columns_read_as_strings_missing_as_null():
     assert field_values(ints, FieldPath.parse("bucket", ["bucket"])).to_pylist() == ["1", None]
 
 
+def test_skipping_json_parsing_never_loses_a_key():
+    """Texts without the key's literal form are skipped unparsed unless an escape could spell it."""
+    meta = [json.dumps({"note": "caf\u00e9 \u4e2d", "label": "x"}),  # non-ASCII escaped, the key literal
+            json.dumps({"note": "caf\u00e9"}),  # skipped: no key, no ASCII escape
+            '{"\\u006cabel": "y"}',  # the key spelled with an ASCII escape: parsed, found
+            json.dumps({"\u00e9t\u00e9": "summer"}, ensure_ascii=True),  # a non-ASCII key, escaped
+            json.dumps({"\u00e9t\u00e9": "winter"}, ensure_ascii=False)]  # and raw
+    batch = pa.record_batch({"meta": meta})
+    assert field_values(batch, FieldPath("meta", ("label",))).to_pylist() == ["x", None, "y", None, None]
+    assert field_values(batch, FieldPath("meta", ("\u00e9t\u00e9",))).to_pylist() == [None, None, None, "summer",
+                                                                                  "winter"]
+
+
 def test_struct_meta_is_read_too():
     struct = pa.record_batch({"meta": pa.array([{"label": "a", "n": 1}, None, {"label": None, "n": 2}])})
     assert field_values(struct, FieldPath("meta", ("label",))).to_pylist() == ["a", None, None]
