@@ -15,9 +15,9 @@ generator is read from `<meta name="generator">`; per generator:
   a DocBook component (chapter, section, sect1, refentry, book, ...: DocBook XSL names each div
   after its element): outside it are div.navheader / div.navfooter or a customisation's navigation
   tables;
-- makeinfo ("makeinfo" / "texi2any": libffi, bzip2, time): the node's `<div class="chapter|section|
-  ...">` (texinfo 7: `div.*-level-extent`) less its navigation line inside it, div.header
-  (texinfo 6) / div.nav-panel (texinfo 7).
+- makeinfo ("makeinfo" / "texi2any": libffi, time; autoconf in one file): the node's `<div
+  class="top|chapter|section|...">` (texinfo 7: `div.*-level-extent`), every node's in a one-file
+  manual, less the navigation line inside each, div.header (texinfo 6) / div.nav-panel (texinfo 7).
 
 What the generator puts inside the main element is main text, its admonitions and tables of
 contents included.
@@ -38,7 +38,9 @@ content does not account for. Per-site and per-generator figures and macro avera
 JSON result; recall and boilerplate kept per generator are metrics, with the issue's targets on the
 worst generator (recall >= 95%, boilerplate kept below 5%).
 
-- ours: `HtmlExtract(HtmlSettings()).extract(html)`, the html step's defaults (main_content=True);
+- ours: `HtmlExtract(HtmlSettings()).extract(html)`, the html step's defaults (main_content=True,
+  generator_rules=True); `BOILERPLATE_GENERATOR_RULES=0` runs it with generator_rules=False
+  (Resiliparse's heuristic on every page: the figures before the generator rules);
 - peer: `trafilatura.extract(html)` with its defaults (what FineWeb ran; tables kept, comments not);
 - a naive baseline, strip every tag and keep all the body's text, is scored in `prepare` and printed
   with the input description (recall ~100% by construction: it measures how much boilerplate there
@@ -167,7 +169,7 @@ class _MainText(HTMLParser):
         a = dict(attrs)
         if tag == "body":
             self._body_depth = len(self._stack)
-        if self._main_depth is None and self.found is None:
+        if self._main_depth is None and self.found in (None, "makeinfo"):
             mark = self._main_mark(tag, a)
             if mark is not None:
                 self.found, self._main_depth = mark, len(self._stack)
@@ -190,7 +192,9 @@ class _MainText(HTMLParser):
             if self._nav_depth is not None and len(self._stack) <= self._nav_depth:
                 self._nav_depth = None
             if self._main_depth is not None and len(self._stack) <= self._main_depth:
-                self._main_depth = -1  # done: never re-enter
+                # done: never re-enter, but for makeinfo's one-file manuals (--no-split: every node a
+                # sibling div under the body)
+                self._main_depth = None if self.found == "makeinfo" else -1
             if top == tag:
                 break
         if tag in _BLOCK_TAGS:
@@ -346,7 +350,7 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     from platform_assets.cleaning.settings import HtmlSettings
 
     pages = load_pages(spec)
-    step = HtmlExtract(HtmlSettings())
+    step = HtmlExtract(HtmlSettings(generator_rules=os.environ.get("BOILERPLATE_GENERATOR_RULES", "1") != "0"))
     step.extract("<html><body><p>warm up</p></body></html>")
 
     def work():

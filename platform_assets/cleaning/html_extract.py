@@ -9,8 +9,8 @@ better for model quality. Its one weakness is its main-content heuristic on absu
 with a CSS selector (C speed: 12 ms on a 2.7 MB page).
 
 Pages written by a documentation generator we know (`html_generators`) skip the heuristic: the
-navigation their generator marks is dropped, the rest kept (the heuristic drops bulleted lists and
-admonition boxes there, and keeps the generators' Prev / Next bars).
+navigation their generator marks is dropped, the rest kept (the heuristic drops some bulleted lists
+and the sidebar boxes there, and keeps some generators' Prev / Next bars).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Resiliparse's main-content heuristic is tuned for web pages, and on generated manuals it misreads
 the markup both ways (measured on Debian's doc packages, benchmarks/boilerplate_extraction.py):
 
-- it drops every ``<ul>`` and every ``div.sidebar`` as navigation: bulleted lists are main text in a
-  manual, and DocBook's ``<sidebar>`` is the Debian handbook's NOTE / IN PRACTICE box (26% of its
-  text; recall 73%);
+- it drops boxes classed ``sidebar`` and bulleted lists it takes for menus (a ``<ul>`` that ends
+  its section, or sits between short paragraphs) as navigation: DocBook's ``<sidebar>`` is the
+  Debian handbook's NOTE / IN PRACTICE box (26% of its text; recall 73%), and a manual's lists
+  are main text (makeinfo: recall 96%);
 - it keeps navigation whose markup it does not know: makeinfo's ``div.header`` ("Next: ...,
   Previous: ..., Up: ... [Index]"), DocBook XSL's navigation tables (PostgreSQL: 2.7% of the kept
   text is Prev / Up / Home / Next).
