@@ -34,6 +34,7 @@ from platform_assets.media.settings import MediaSettings
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.splits.settings import SplitSettings
+from platform_assets.stats.settings import StatisticsSettings
 from platform_assets.storage import S3_MAX_ATTEMPTS, S3Settings
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
 from platform_assets.training_launch.settings import TrainingLaunchSettings
@@ -98,6 +99,7 @@ class PipelineConfig(StrictModel):
     cleaning_gates: CleaningGates = CleaningGates()
     dedup: DedupSettings = DedupSettings()
     splits: SplitSettings = SplitSettings()
+    statistics: StatisticsSettings = StatisticsSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
     tokenize: TokenizeSettings = TokenizeSettings()
     packing: PackingSettings = PackingSettings()

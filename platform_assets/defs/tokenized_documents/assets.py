@@ -7,6 +7,8 @@ from platform_assets.defs.metadata import arrow_table
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.layout import asset_dir
+from platform_assets.stats.histograms import tokenized_length_stats
+from platform_assets.stats.report import histograms_markdown, lengths_json
 from platform_assets.tokenize.stage import tokenize_outputs
 
 TOKENIZED_CHECKS = [
@@ -38,6 +40,13 @@ def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineRes
                                  for s in result.sets])
     context.log.info(f"tokenized {result.documents} documents into {result.tokens} tokens")
     metadata = {"tokens_per_split_and_source": arrow_table(sets)}
+    lengths = tokenized_length_stats(storage, rel, ctx.cfg.statistics)  # stats/histograms.py: counts only
+    metadata["token_length_histogram"] = dg.MetadataValue.md(histograms_markdown(
+        "document length (tokens)", {k: v.tokens for k, v in lengths.items()}))
+    metadata["output_length_histogram"] = dg.MetadataValue.md(histograms_markdown(
+        "output length (loss tokens; sets with masked tokens)",
+        {k: v.output for k, v in lengths.items() if v.has_masked_tokens}))
+    metadata["length_histograms"] = dg.MetadataValue.json(lengths_json(lengths))
     splits_in = _splits_in(storage)
     empty = sorted(s for s in splits_in if not any(x["split"] == s and x["tokens"] > 0 for x in result.sets))
     no_loss = _rows_without_loss_tokens(storage, rel)
