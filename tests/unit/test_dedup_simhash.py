@@ -18,6 +18,7 @@ from platform_assets.dedup.simhash import (
     GreedySimHashDedup,
     SimHashBlocks,
     SimHasher,
+    choose_key_blocks,
     fingerprints_of,
     hamming,
     signature_words,
@@ -130,8 +131,18 @@ def test_block_tables_find_every_pair_within_the_distance(k, blocks):
     brute = {(a, b) for a, b in combinations(range(len(fps)), 2) if hamming(fps[a], fps[b]) <= k}
     assert len(brute) > 20  # the planted copies within k, far more than chance would give
     tables = SimHashBlocks(k, blocks, len(fps))
-    assert tables.blocks == (blocks or k + 1) and len(tables.tables) == math.comb(tables.blocks, k)
+    assert tables.blocks == (blocks or k + choose_key_blocks(len(fps), k))
+    assert len(tables.tables) == math.comb(tables.blocks, k)
     assert _pairs_from_keys(tables, fps, k) == brute
+
+
+def test_automatic_blocks_grow_with_the_corpus_and_stay_within_the_table_bound():
+    chosen = [choose_key_blocks(n, 3) for n in (1_000, 100_000, 10_000_000)]
+    assert chosen == [1, 2, 3]  # 16-bit keys collide too often past a few thousand documents
+    for k in range(17):
+        for n in (10, 10_000, 10_000_000):
+            r = choose_key_blocks(n, k)
+            assert r >= 1 and math.comb(k + r, r) <= 1024
 
 
 def _brute_greedy(fps: np.ndarray, order: list[int], rank: np.ndarray, k: int) -> np.ndarray:
