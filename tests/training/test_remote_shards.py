@@ -249,3 +249,18 @@ def test_s3_training_resumes_exactly_after_sigkill(s3, tmp_path):
     assert run_ids(ckpt) == run_ids(reference)
     assert train_losses(ckpt) == train_losses(reference)
     assert dir_bytes(tmp_path / "cache") <= 2 * budget  # the train and the validation loader's shares
+
+
+def test_shuffle_quality_figures_separate_block_sizes():
+    from training.data.shuffle_quality import shuffle_quality, table
+
+    rows = dict(table(shards=64, samples=64, batch=16, blocks=(1, 4, 16)))
+    assert rows["full"].same_shard_adjacent < 0.05 and rows["full"].batch_shards > 12
+    for b in (1, 4, 16):
+        q = rows[f"block {b}"]
+        assert abs(q.same_shard_adjacent - 1 / b) < 0.35 / b, (b, q)  # ~1/b: neighbours share one of b shards
+        assert q.batch_shards <= b + 1, (b, q)
+        assert abs(q.rank_correlation) < 0.3 and abs(q.displacement - 1 / 3) < 0.1, (b, q)
+    assert shuffle_quality(np.arange(8), [4, 4], 4).same_shard_adjacent == 6 / 7  # storage order: no shuffle
+    with pytest.raises(ValueError, match="permutation"):
+        shuffle_quality(np.array([0, 0, 1]), [3], 2)

@@ -15,8 +15,9 @@ mounts). A shard is the cache's unit: its three or four files come and go togeth
   of the current micro-batch (`pinned`) and, when prefetching, never one the next steps need; the reader
   drops its memory map of an evicted shard (`on_evict`) before the files are unlinked.
 - Prefetch: `plan(wanted)` queues the missing shards of the next steps, in the order they are needed, as
-  far as the budget allows; one background thread downloads them. A shard still wanted by `acquire` is
-  waited for, not fetched twice.
+  far as the budget allows; up to `download_threads` background threads (4) download them, several shards
+  at once: S3 latency, not bandwidth, bounds one stream of small objects (3 GETs and 3 HEADs a shard,
+  pyarrow heads each object first). A shard still wanted by `acquire` is waited for, not fetched twice.
 
 Workers: every process (the main one or each DataLoader worker) has its own directory and an equal share
 of the budget (remote_reader.py). A shared directory with file locks would download each shard once
@@ -156,7 +157,8 @@ class ShardCache:
     """The shards of one process, in `root`, within `max_bytes` (see the module doc)."""
 
     def __init__(self, store: ObjectStore, root: Path, shards: dict[Key, tuple[FileEntry, ...]], max_bytes: int,
-                 max_attempts: int, on_evict: Callable[[Key], None] = lambda key: None) -> None:
+                 max_attempts: int, on_evict: Callable[[Key], None] = lambda key: None,
+                 download_threads: int = 4) -> None:
         self.store = store
         self.root = root
         self.shards = shards
@@ -173,7 +175,8 @@ class ShardCache:
         self._failed: set[Key] = set()
         self._pinned: set[Key] = set()
         self._queue: deque[Key] = deque()
-        self._thread: threading.Thread | None = None
+        self.download_threads = download_threads
+        self._threads = 0  # prefetch threads running
         self.downloaded_bytes = 0
         self.fetched_on_demand = 0
         """Shards the reader had to wait for because no prefetch had brought them (misses)."""
@@ -263,9 +266,9 @@ class ShardCache:
                 queue.append(key)
             self._failed.clear()
             self._queue = queue
-            if queue and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True)
-                self._thread.start()
+            for _ in range(min(len(queue), self.download_threads) - self._threads):
+                self._threads += 1
+                threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True).start()
             self._cond.notify_all()
 
     # -- downloads ---------------------------------------------------------------------------------
@@ -287,8 +290,10 @@ class ShardCache:
     def _prefetch_loop(self) -> None:
         while True:
             with self._cond:
-                if not self._queue and not self._cond.wait_for(lambda: bool(self._queue), timeout=30):
-                    self._thread = None  # idle: the next plan() starts a new thread
+                if not self._queue:
+                    # idle: end, the next plan() starts a new thread. No thread outlives its downloads, so
+                    # none holds a lock (ours or the AWS SDK's) when the process forks DataLoader workers
+                    self._threads -= 1
                     return
                 key = self._queue.popleft()
                 need = self._bytes[key]

@@ -17,6 +17,7 @@ directory belongs to one run.
 
 from __future__ import annotations
 
+import os
 import shutil
 from bisect import bisect_right
 from dataclasses import dataclass, replace
@@ -83,6 +84,7 @@ class CachedSplitReader(SplitReader):
         self.share = cache.max_bytes // processes
         self.split_dir = index.root / split
         self._cache: ShardCache | None = None
+        self._cache_pid = -1
         super().__init__(index, split, verify, "stop")
 
     def _open_files(self) -> None:
@@ -92,7 +94,9 @@ class CachedSplitReader(SplitReader):
         return {**super().__getstate__(), "_cache": None}
 
     def process_cache(self) -> ShardCache:
-        if self._cache is None:
+        # a forked worker inherits the parent's object (not pickled): its own cache, directory and locks
+        if self._cache is None or self._cache_pid != os.getpid():
+            self._cache_pid = os.getpid()
             info = get_worker_info()
             root = self.split_dir / ("main" if info is None else f"worker-{info.id}")
             self.index = replace(self.index, root=root)  # _MappedShard opens files under index.root
