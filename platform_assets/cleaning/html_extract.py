@@ -20,7 +20,13 @@ from collections import Counter
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
-from platform_assets.cleaning.html_generators import COMMON_NAVIGATION, GENERATORS, detect, drop_navigation
+from platform_assets.cleaning.html_generators import (
+    COMMON_NAVIGATION,
+    GENERATORS,
+    check_selectors,
+    detect,
+    drop_navigation,
+)
 from platform_assets.cleaning.settings import HtmlSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -46,6 +52,7 @@ class HtmlExtract(DocumentStep):
         super().__init__(modalities=settings.modalities, **kwargs)
         self.settings = settings
         self._too_deep = _depth_selector(settings.max_depth + 1)
+        check_selectors(settings.extra_navigation)
 
     def extract(self, html: str) -> str | Drop:
         out = self.extract_with_generator(html)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resiliparse.parse.html import HTMLTree
+from resiliparse.parse.html import CSSParserException, HTMLTree
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,17 @@ def detect(tree: HTMLTree, rules: tuple[GeneratorRules, ...]) -> GeneratorRules 
             if content.startswith(r.meta_prefixes):
                 return r
     return None
+
+
+def check_selectors(selectors: tuple[str, ...]) -> None:
+    """Raises ValueError naming the first selector lexbor cannot parse (at build time: it would
+    otherwise fail on every page)."""
+    probe = HTMLTree.parse("<html><body></body></html>")
+    for selector in selectors:
+        try:
+            probe.body.query_selector_all(selector)
+        except CSSParserException as e:
+            raise ValueError(f"html.extra_navigation: {selector!r} is not a CSS selector ({e})") from None
 
 
 def drop_navigation(tree: HTMLTree, selectors: tuple[str, ...]) -> int:

@@ -11,7 +11,13 @@ from document_batches import documents_batch
 from resiliparse.parse.html import HTMLTree
 
 from platform_assets.cleaning.html_extract import HtmlExtract
-from platform_assets.cleaning.html_generators import GENERATORS, detect, drop_navigation
+from platform_assets.cleaning.html_generators import (
+    COMMON_NAVIGATION,
+    GENERATORS,
+    check_selectors,
+    detect,
+    drop_navigation,
+)
 from platform_assets.cleaning.settings import HtmlSettings
 
 PARA = ("The allocator returns memory in blocks of sixteen bytes, and a block freed twice is reported "
@@ -171,6 +177,13 @@ def test_generator_rules_off_and_extra_navigation():
     # main_content off keeps everything, navigation included, and applies no generator's rules
     everything = HtmlExtract(HtmlSettings(main_content=False)).extract_with_generator(DOCBOOK_XSL)
     assert isinstance(everything, tuple) and everything[1] is None and "Next chapter" in everything[0]
+
+
+def test_a_bad_selector_is_a_build_error_not_a_crash_per_page():
+    with pytest.raises(ValueError, match="'div\\[' is not a CSS selector"):
+        HtmlExtract(HtmlSettings(extra_navigation=("nav", "div[")))
+    # every built-in rule parses
+    check_selectors(COMMON_NAVIGATION + tuple(s for g in GENERATORS for s in g.navigation))
 
 
 def test_drop_navigation_removes_nested_matches_once():
