@@ -3,6 +3,8 @@
 `removal_rate_within_bounds` and `no_residual_pii` block: downstream dedup must never see a source a
 broken rule emptied, or text with personal data left in it. `license_allowed` blocks a source whose
 kept documents lack an allowed licence (`cleaning.licenses`; passes when no allow-list is set).
+Each source is checked against its recipe (cleaning/recipes.py): its settings, and the removal bounds
+of `cleaning_gates` with the recipe's own in their place (`sft`: at most half of a source removed).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from platform_assets.cleaning.language_tags import AllowList
 from platform_assets.cleaning.license_gate import license_violations
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
+from platform_assets.cleaning.recipes import Recipe, apply_gates
+from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.config import CleaningGates, PipelineConfig
 from platform_assets.parquet_parts import output_schema, read_batches
 from platform_assets.storage import Storage
@@ -31,7 +35,8 @@ CLEANING_CHECKS = [
         asset=ASSET,
         blocking=True,
         description="Each rule group removes at most its bound of the documents entering its "
-        "step, and cleaning as a whole at most `cleaning_gates.max_removal_rate`.",
+        "step, and cleaning as a whole at most `cleaning_gates.max_removal_rate` (the source's "
+        "recipe may set its own bounds).",
     ),
     dg.AssetCheckSpec(
         "no_residual_pii",
@@ -92,10 +97,12 @@ def removal_violations(funnel: Funnel, gates: CleaningGates) -> list[str]:
     return problems
 
 
-def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str]:
-    if not cfg.cleaning.pii.enabled:
+def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig,
+                 cleaning: CleaningSettings | None = None) -> Counter[str]:
+    pii = (cleaning or cfg.cleaning).pii  # the source's recipe, else the global block
+    if not pii.enabled:
         return Counter()
-    redactor = Redactor(cfg.cleaning.pii)
+    redactor = Redactor(pii)
     found: Counter[str] = Counter()
     for batch in read_batches(storage, rel, ["text", "meta"]):
         for text in batch.column("text").to_pylist():
@@ -107,11 +114,12 @@ def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig) -> Counter[str
     return found
 
 
-def language_problems(storage: Storage, rel: str, cfg: PipelineConfig) -> tuple[list[str], dict[str, int]]:
+def language_problems(storage: Storage, rel: str, cfg: PipelineConfig,
+                      cleaning: CleaningSettings | None = None) -> tuple[list[str], dict[str, int]]:
     """Kept documents below min_score or outside the allow-list, and language shares outside their
     bounds. Captions and transcripts (`label_only_modalities`) are kept whatever their score, so only
     their confident labels count here."""
-    language = cfg.cleaning.language
+    language = (cleaning or cfg.cleaning).language
     # short texts have their own, lower thresholds (min_score_by_words): the check has no text, so it
     # holds every document to the lowest of them
     min_score = min([language.min_score, *language.min_score_by_words.values()])
@@ -165,9 +173,10 @@ def modality_removal(storage: Storage, in_rel: str, out_rel: str, bound: float) 
     return rates, [f"{m}: {r:.2%} of {before[m]} removed > {bound:.0%}" for m, r in rates.items() if r > bound]
 
 
-def license_problems(storage: Storage, rel: str, cfg: PipelineConfig, source: str) -> tuple[list[str], Counter[str]]:
+def license_problems(storage: Storage, rel: str, cfg: PipelineConfig, source: str,
+                     cleaning: CleaningSettings | None = None) -> tuple[list[str], Counter[str]]:
     """Kept documents outside the licence allow-list, as "source: licence (n documents)" lines."""
-    settings = cfg.cleaning.licenses
+    settings = (cleaning or cfg.cleaning).licenses
     found: Counter[str] = Counter()
     if not settings.enabled:
         return [], found
@@ -183,13 +192,18 @@ def license_problems(storage: Storage, rel: str, cfg: PipelineConfig, source: st
 
 def evaluate_cleaning_checks(
     storage: Storage, rel: str, funnel: Funnel, cfg: PipelineConfig, in_rel: str | None = None,
-    source: str | None = None,
+    source: str | None = None, recipe: Recipe | None = None,
 ) -> list[dg.AssetCheckResult]:
-    removal = removal_violations(funnel, cfg.cleaning_gates)
-    pii = residual_pii(storage, rel, cfg)
-    lang_problems, shares = language_problems(storage, rel, cfg) if cfg.cleaning.language.enabled else ([], {})
+    """The checks of one cleaned source, against `recipe` (None: the source's recipe in `cfg`)."""
+    name = source or rel.rstrip("/").rsplit("/", 1)[-1]
+    if recipe is None:
+        recipe = cfg.cleaning_recipe(name if name in cfg.source_names() else None)
+    cleaning, gates = recipe.settings, apply_gates(cfg.cleaning_gates, recipe.gates)
+    removal = removal_violations(funnel, gates)
+    pii = residual_pii(storage, rel, cfg, cleaning)
+    lang_problems, shares = language_problems(storage, rel, cfg, cleaning) if cleaning.language.enabled else ([], {})
     rates = {g: round(r / e, 4) for g, (r, e) in rule_group_rates(funnel).items() if e}
-    licenses, by_license = license_problems(storage, rel, cfg, source or rel.rstrip("/").rsplit("/", 1)[-1])
+    licenses, by_license = license_problems(storage, rel, cfg, name, cleaning)
     return [
         dg.AssetCheckResult(
             check_name="removal_rate_within_bounds",
@@ -197,6 +211,8 @@ def evaluate_cleaning_checks(
             metadata={
                 "violations": "\n".join(removal) or "none",
                 "removal_rate": round(funnel.removal_rate(), 4),
+                "recipe": recipe.name,
+                "max_removal_rate": gates.max_removal_rate,
                 **{f"rate.{g}": v for g, v in rates.items()},
             },
         ),
@@ -205,14 +221,14 @@ def evaluate_cleaning_checks(
             passed=sum(pii.values()) == 0,
             metadata={"residual_matches": sum(pii.values()), **{f"type.{k}": v for k, v in pii.items()}},
         ),
-        *([_modality_check(storage, in_rel, rel, cfg.cleaning_gates.max_removal_rate)] if in_rel else []),
+        *([_modality_check(storage, in_rel, rel, gates.max_removal_rate)] if in_rel else []),
         dg.AssetCheckResult(
             check_name="license_allowed",
             passed=not licenses,
             metadata={
                 "violations": "\n".join(licenses) or "none",
-                "allow": ", ".join(cfg.cleaning.licenses.allow or ()) or "not configured (no gate)",
-                "mode": cfg.cleaning.licenses.on_missing_or_disallowed,
+                "allow": ", ".join(cleaning.licenses.allow or ()) or "not configured (no gate)",
+                "mode": cleaning.licenses.on_missing_or_disallowed,
                 **{f"license.{k}": v for k, v in by_license.items()},
             },
         ),
