@@ -105,8 +105,8 @@ class HtmlSettings(StrictModel):
     generator_rules: bool = True
     """Pages whose `<meta name="generator">` names a documentation generator we know (Sphinx, DocBook
     XSL, Publican, makeinfo: `cleaning/html_generators.py`) lose the navigation that generator marks
-    and keep everything else, instead of going through the main-content heuristic (which drops every
-    bulleted list and DocBook's sidebar boxes, and keeps makeinfo's and DocBook's navigation bars:
+    and keep everything else, instead of going through the main-content heuristic (which drops
+    sidebar boxes and some bulleted lists, and keeps makeinfo's and DocBook's navigation bars:
     recall 73-96%, measured per generator in benchmarks/RESULTS.md). Other pages are unaffected."""
     extra_navigation: tuple[str, ...] = ()
     """CSS selectors of elements removed from every html page before extraction (a site's own menus,
