@@ -198,3 +198,16 @@ def test_settings_validation():
     with pytest.raises(ValidationError, match="method"):
         DedupSettings(near={"method": "lsh"})
     assert NearSettings(method="simhash").signature_width() == 2 and NearSettings().signature_width() == 128
+
+
+def test_pipeline_config_takes_the_method_and_names_the_key_of_a_bad_value(tmp_path):
+    from platform_assets.config import ConfigError, parse_config
+
+    source = [{"name": "web", "format": "jsonl", "path": "web"}]
+    cfg = parse_config({"sources": source, "dedup": {"near": {"method": "simhash", "simhash": {"max_distance": 4}}}},
+                       tmp_path)
+    assert cfg.dedup.near.method == "simhash" and cfg.dedup.near.simhash.max_distance == 4
+    with pytest.raises(ConfigError, match=r"dedup\.near\.simhash\.max_distance"):
+        parse_config({"sources": source, "dedup": {"near": {"simhash": {"max_distance": 40}}}}, tmp_path)
+    with pytest.raises(ConfigError, match=r"dedup\.near\.simhash: .*must exceed max_distance"):
+        parse_config({"sources": source, "dedup": {"near": {"simhash": {"max_distance": 3, "blocks": 2}}}}, tmp_path)
