@@ -191,3 +191,20 @@ def test_blocklist_path_resolves_for_every_recipe(tmp_path):
     batch = _chat_batch([_pair(*PAIRS[0]), _pair("Say the word.", "The word is zorblax, as you asked.")])
     kept, removed = _clean(settings, batch)
     assert kept == ["d0"] and removed["d1"].startswith("blocklist.")
+
+
+def test_docs_keeps_an_ordinary_paragraph_that_web_removes_for_its_sentence_count():
+    paragraph = (  # 77 words in three sentences: the example of c4.too_few_sentences
+        "The package manager keeps a local database of every package installed on the system, together "
+        "with the files they provide and the scripts that run when it is configured or removed. "
+        "When an administrator asks for a new program, the tool resolves its dependencies, downloads the "
+        "archives from the configured mirrors and verifies their signatures before unpacking. "
+        "Because every step is recorded, a failed upgrade can be resumed later without leaving the "
+        "system in a broken state."
+    )
+    assert len(paragraph.split()) == 77
+    batch = _chat_batch([None], texts=[paragraph])
+    cleaning = CleaningSettings()
+    kept, removed = _clean(resolve_recipe(cleaning, "web").settings, batch)
+    assert kept == [] and removed["d0"] == "c4.too_few_sentences 3 < 5"
+    assert _clean(resolve_recipe(cleaning, "docs").settings, batch) == (["d0"], {})
