@@ -17,6 +17,8 @@ published thresholds (the presets and their settings: `cleaning/quality/`, one m
       blocklist: {path: configs/blocklist.txt}
       pii: {types: [EMAIL, PHONE]}
       licenses: {allow: [CC-BY-4.0, MIT], on_missing_or_disallowed: fail}
+      recipes:      # per source (`recipe: <name>`); built in: web (this block), code, docs, sft
+        chat_seeds: {base: sft, overrides: {quality: [{preset: seed_filters}]}, gates: {max_removal_rate: 0.3}}
 """
 
 from __future__ import annotations
