@@ -119,8 +119,9 @@ def _resolve(cleaning: CleaningSettings, name: str, chain: tuple[str, ...]) -> R
     if name == WEB:
         return Recipe(WEB, cleaning, definition.gates or RecipeGates())
     base = _resolve(cleaning, definition.base, (*chain, name))
+    gates = _merge_gates(base.gates, definition.gates)
     if not definition.overrides:
-        return Recipe(name, base.settings, definition.gates or base.gates)
+        return Recipe(name, base.settings, gates)
     bad = [k for k in _NOT_OVERRIDABLE if k in definition.overrides]
     if bad:
         raise ValueError(f"cleaning recipe {name!r}: {', '.join(bad)} cannot be overridden by a recipe")
@@ -130,7 +131,19 @@ def _resolve(cleaning: CleaningSettings, name: str, chain: tuple[str, ...]) -> R
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ValueError(f"cleaning recipe {name!r}: {problems}") from None
-    return Recipe(name, settings, definition.gates or base.gates)
+    return Recipe(name, settings, gates)
+
+
+def _merge_gates(base: RecipeGates, own: RecipeGates | None) -> RecipeGates:
+    """The base recipe's bounds with the ones this recipe sets in their place, like its overrides."""
+    if own is None:
+        return base
+    return RecipeGates(
+        max_removal_rate=own.max_removal_rate if own.max_removal_rate is not None else base.max_removal_rate,
+        max_rule_removal_rate=own.max_rule_removal_rate if own.max_rule_removal_rate is not None
+        else base.max_rule_removal_rate,
+        rule_bounds={**base.rule_bounds, **own.rule_bounds},
+    )
 
 
 def check_recipes(cleaning: CleaningSettings) -> None:

@@ -303,7 +303,8 @@ class RecipeSettings(StrictModel):
     """Sections of the `cleaning:` block, e.g. `{quality: [{preset: seed_filters}], conversation:
     {min_response_words: 3}}`; errors name the recipe and the key."""
     gates: RecipeGates | None = None
-    """The removal-check bounds of this recipe; None: those of `base`."""
+    """The removal-check bounds of this recipe, over those of `base` (the fields set here replace
+    the base's, rule bounds merge); None: the base's."""
 
 
 # -- the stage ----------------------------------------------------------------------------------------

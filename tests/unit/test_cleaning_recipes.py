@@ -148,8 +148,10 @@ def test_gates_follow_the_recipe():
     cleaning = CleaningSettings(recipes={"loose": {"base": "sft", "gates": {"rule_bounds": {"conversation": 0.8}}}})
     assert apply_gates(gates, resolve_recipe(cleaning, "web").gates) == gates
     assert apply_gates(gates, resolve_recipe(cleaning, "sft").gates).max_removal_rate == 0.5
-    loose = apply_gates(gates, resolve_recipe(cleaning, "loose").gates)
-    assert loose.max_removal_rate == 0.9 and loose.rule_bounds == {"language": 0.3, "conversation": 0.8}
+    loose = apply_gates(gates, resolve_recipe(cleaning, "loose").gates)  # sft's 0.5 kept, a rule bound added
+    assert loose.max_removal_rate == 0.5 and loose.rule_bounds == {"language": 0.3, "conversation": 0.8}
+    lenient = CleaningSettings(recipes={"lenient": {"base": "sft", "gates": {"max_removal_rate": 0.8}}})
+    assert apply_gates(gates, resolve_recipe(lenient, "lenient").gates).max_removal_rate == 0.8
     # a custom recipe without gates of its own inherits its base's
     inherit = CleaningSettings(recipes={"mine": {"base": "sft", "overrides": {"pii": {"types": ["EMAIL"]}}}})
     assert resolve_recipe(inherit, "mine").gates.max_removal_rate == 0.5
