@@ -19,10 +19,13 @@ mounts). A shard is the cache's unit: its three or four files come and go togeth
   at once: S3 latency, not bandwidth, bounds one stream of small objects (3 GETs and 3 HEADs a shard,
   pyarrow heads each object first). A shard still wanted by `acquire` is waited for, not fetched twice.
 
-Workers: every process (the main one or each DataLoader worker) has its own directory and an equal share
-of the budget (remote_reader.py). A shared directory with file locks would download each shard once
-instead of once per worker, but needs cross-process pin counts to evict safely; per-process directories
-need no locks and keep the total bound exact, at the price of W downloads of a shard read by W workers.
+Workers: the main process owns the cache, its directory and the whole budget; DataLoader workers read
+through a CacheView, which waits for the files of the shards they read. The main process knows which
+micro-batches workers may be building (the order is deterministic, and a DataLoader has at most
+prefetch_factor messages per worker in flight beyond what was consumed), so it pins those shards and
+downloads each shard once however many workers read it (remote_reader.WorkerFetcher). Per-worker caches
+need no coordination but download a shard once per worker that reads it (every worker reads nearly
+every shard: they take turns by message); benchmarks/RESULTS.md (remote_loader_litdata) has both.
 """
 
 from __future__ import annotations
@@ -241,8 +244,10 @@ class ShardCache:
                 while not self._make_room(need, self._pinned):
                     if not self._inflight:
                         raise CacheBudgetError(
-                            f"cache budget {self.max_bytes} bytes cannot hold the shards of one micro-batch "
-                            f"({sum(self._bytes[k] for k in self._pinned)} bytes in {len(self._pinned)} shards)")
+                            f"cache budget {self.max_bytes} bytes cannot hold the shards needed now (the micro-"
+                            f"batch read, or with DataLoader workers the (2 x workers + 1) messages of "
+                            f"micro-batches they may be reading): {sum(self._bytes[k] for k in self._pinned)} "
+                            f"bytes in {len(self._pinned)} shards; raise max_bytes")
                     self._cond.wait()  # prefetches in flight hold the room: they finish, then can be evicted
                 self._inflight[key] = need
                 self.fetched_on_demand += 1
@@ -307,3 +312,42 @@ class ShardCache:
                 log.warning("prefetch of shard %s failed: %s", key, err)
                 with self._cond:
                     self._failed.add(key)
+
+
+ERROR_MARK = "FETCH_ERROR"
+"""Written into the cache directory by the main process's fetcher when it fails: workers raise its text."""
+_WAIT_S = 0.001  # poll period of a worker waiting for a shard (a shard takes ~5-15 ms to download here)
+
+
+class CacheView:
+    """A DataLoader worker's side of the main process's ShardCache: it waits for the shards it reads to
+    be there (the main process downloads them, pins them while workers may read them, and evicts), and
+    never writes. `timeout_s` bounds a wait: a fetcher that stopped without writing ERROR_MARK."""
+
+    def __init__(self, root: Path, shards: dict[Key, tuple[FileEntry, ...]], timeout_s: float = 600.0) -> None:
+        self.root = root
+        self.shards = shards
+        self.timeout_s = timeout_s
+
+    def _complete(self, key: Key) -> bool:
+        for f in self.shards[key]:
+            try:
+                if (self.root / f.path).stat().st_size != f.bytes:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def acquire(self, keys: Sequence[Key], add: bool = False) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        for key in dict.fromkeys(keys):
+            while not self._complete(key):
+                mark = self.root / ERROR_MARK
+                if mark.exists():
+                    raise RemoteDataError(f"the main process could not fetch shards: {mark.read_text()}")
+                if time.monotonic() > deadline:
+                    raise RemoteDataError(f"shard {key} did not arrive in {self.root} within {self.timeout_s:.0f} s")
+                time.sleep(_WAIT_S)
+
+    def plan(self, wanted: Iterable[Key]) -> None:
+        """The main process plans; a worker has nothing to do."""

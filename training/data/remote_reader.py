@@ -8,17 +8,19 @@ order: for each micro-batch it pins the shards it reads and plans the shards of 
 batches as from local files); with `shuffle="block"` (permutation.py) a window of `block_shards` shards
 per source is all a process needs at a time, and `check_window` refuses a budget below that window.
 
-Layout: <cache.dir>/<index sha256[:16]>/index.json, and the shards of split S read by process P under
-<...>/<S>/<P>, P = "main" (no DataLoader workers) or "worker-<id>", each with max_bytes / processes.
-Loaders are built on the main process, which prunes what the current layout does not use (other builds'
-directories, other worker counts'), so the total stays within max_bytes per split's loader: a cache
-directory belongs to one run.
+Layout: <cache.dir>/<index sha256[:16]>/index.json, and the shards of split S under <...>/<S>/main,
+owned by the main process (remote_cache.py): with DataLoader workers, a `WorkerFetcher` thread of the
+main process follows the consumed position, pins and fetches the shards of the micro-batches workers may
+be building and of the next prefetch_steps steps, and workers wait for their files (CacheView). Loaders
+are built on the main process, which prunes what the layout does not use (other builds' directories),
+so the total stays within max_bytes per split's loader: a cache directory belongs to one run.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +33,7 @@ from training.data.global_order import GlobalOrder
 from training.data.loader_position import LoaderConfigError
 from training.data.mixture import Mixture
 from training.data.permutation import SHUFFLES, BlockShuffle
-from training.data.remote_cache import CacheBudgetError, ObjectStore, ShardCache
+from training.data.remote_cache import ERROR_MARK, CacheBudgetError, CacheView, ObjectStore, ShardCache
 from training.data.shard_index import INDEX_NAME, FlatIndex, read_flat_index
 from training.data.shard_reader import SplitReader
 
@@ -77,11 +79,10 @@ def block_shuffle_of(reader: SplitReader, shuffle: str, block_shards: int) -> Bl
 class CachedSplitReader(SplitReader):
     """SplitReader over the process's cache directory; shards are fetched before they are mapped."""
 
-    def __init__(self, index: FlatIndex, split: str, verify: str, store: ObjectStore, cache: CacheConfig,
-                 processes: int) -> None:
+    def __init__(self, index: FlatIndex, split: str, verify: str, store: ObjectStore, cache: CacheConfig) -> None:
         self.store = store
         self.cache_cfg = cache
-        self.share = cache.max_bytes // processes
+        self.share = cache.max_bytes
         self.split_dir = index.root / split
         self._cache: ShardCache | None = None
         self._cache_pid = -1
@@ -93,17 +94,28 @@ class CachedSplitReader(SplitReader):
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "_cache": None}
 
-    def process_cache(self) -> ShardCache:
-        # a forked worker inherits the parent's object (not pickled): its own cache, directory and locks
-        if self._cache is None or self._cache_pid != os.getpid():
+    @property
+    def root(self) -> Path:
+        return self.split_dir / "main"
+
+    def process_cache(self) -> ShardCache | CacheView:
+        """The main process's cache, or in a DataLoader worker a view that waits for the main's downloads."""
+        if self._cache is None or self._cache_pid != os.getpid():  # a forked child holds a copy: not its own
             self._cache_pid = os.getpid()
-            info = get_worker_info()
-            root = self.split_dir / ("main" if info is None else f"worker-{info.id}")
-            self.index = replace(self.index, root=root)  # _MappedShard opens files under index.root
+            self.index = replace(self.index, root=self.root)  # _MappedShard opens files under index.root
             shards = {(s, k): sh.files() for s, k, sh in self._used_shards()}
-            self._cache = ShardCache(self.store, root, shards, self.share, self.cache_cfg.max_attempts,
-                                     on_evict=lambda key: self._mapped.pop(key, None))
+            if get_worker_info() is not None:
+                self._cache = CacheView(self.root, shards)
+            else:
+                self._cache = ShardCache(self.store, self.root, shards, self.share, self.cache_cfg.max_attempts,
+                                         on_evict=lambda key: self._mapped.pop(key, None))
         return self._cache
+
+    def keep_maps(self, keys: list[tuple[int, int]]) -> None:
+        """Close the maps of shards other than `keys`: in a worker, the main process may evict any shard
+        its micro-batches no longer need, and an unlinked file stays on disk while it is mapped."""
+        for key in [k for k in self._mapped if k not in set(keys)]:
+            del self._mapped[key]
 
     def shard_keys(self, src: np.ndarray, idx: np.ndarray) -> list[tuple[int, int]]:
         """The (source, shard) of each sample, in order."""
@@ -145,7 +157,11 @@ class PrefetchingOrder:
     def samples(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         src, idx = self.order.samples(epoch, positions)
         cache = self.reader.process_cache()
-        cache.acquire(self.reader.shard_keys(src, idx))
+        keys = self.reader.shard_keys(src, idx)
+        cache.acquire(keys)
+        if isinstance(cache, CacheView):
+            self.reader.keep_maps(keys)
+            return src, idx  # the main process's WorkerFetcher plans
         if self.prefetch_steps and len(positions):
             last = int(np.max(positions))
             step = (epoch, last // self.plan.global_batch_size)
@@ -157,8 +173,62 @@ class PrefetchingOrder:
         return src, idx
 
 
+class WorkerFetcher:
+    """The main process's downloads for its DataLoader workers (module doc). While the caller takes
+    micro-batch m from message j (`group` micro-batches a message), a DataLoader has asked its workers
+    for messages j+1 .. j+prefetch_factor*W and no later ones (torch sends the next task when it
+    receives one), so workers read only micro-batches in [m, m + (prefetch_factor*W + 1) * group): those
+    shards are pinned (fetched now, never evicted), the next prefetch_steps steps' planned. A failure is
+    written to ERROR_MARK, which the waiting workers raise."""
+
+    POLL_S = 0.002  # how often the consumed position is read (a micro-batch here takes >= 0.1 ms)
+
+    def __init__(self, order: PrefetchingOrder, position, workers: int, group: int, prefetch_factor: int = 2
+                 ) -> None:
+        """position: () -> (epoch, micro-batches consumed), read from the loader."""
+        self.order = order
+        self.position = position
+        self.span = (prefetch_factor * workers + 1) * group
+        self.group = group
+        self.cache = order.reader.process_cache()
+        assert isinstance(self.cache, ShardCache)
+        (self.cache.root / ERROR_MARK).unlink(missing_ok=True)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shard-fetcher", daemon=True)
+        self._thread.start()
+
+    def _keys(self, epoch: int, first: int, last: int) -> list[tuple[int, int]]:
+        plan = self.order.plan
+        first, last = max(0, first), min(last, plan.micro_batches_per_epoch)
+        if first >= last:
+            return []
+        positions = np.concatenate([plan.positions(m) for m in range(first, last)])
+        return self.order.reader.shard_keys(*self.order.order.samples(epoch, positions))
+
+    def _run(self) -> None:
+        seen = None
+        try:
+            while not self._stop.is_set():
+                epoch, m = self.position()
+                if (epoch, m) != seen:
+                    seen = (epoch, m)
+                    pinned = self._keys(epoch, m, m + self.span)
+                    ahead = self.order.prefetch_steps * self.order.plan.accumulation_steps
+                    self.cache.plan(pinned + self._keys(epoch, m + self.span, m + self.span + ahead))
+                    self.cache.acquire(pinned)
+                self._stop.wait(self.POLL_S)
+        except BaseException as err:  # noqa: BLE001 - handed to the workers, which raise it in the main process
+            self.error = err
+            (self.cache.root / ERROR_MARK).write_text(f"{type(err).__name__}: {err}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, block_shards: int,
-                 micro_batch_size: int, processes: int) -> None:
+                 micro_batch_size: int) -> None:
     """Refuse a budget that cannot hold what one process reads at a time: per source drawn from, its
     largest `block_shards` shards plus those a micro-batch crossing into the next block touches (block
     shuffle), or every shard (a full permutation reads any shard at any time)."""
@@ -170,17 +240,14 @@ def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, bloc
         window = len(sizes) if shuffle == "full" else block_shards + min(block_shards, micro_batch_size - 1)
         need += sum(sizes[:window])
     if reader.share < need:
-        cfg = reader.cache_cfg
-        per = f" ({reader.share} per process over {processes} DataLoader workers)" if processes > 1 else ""
         hint = ("shuffle='full' may read any shard at any step, so the cache must hold every shard: use "
-                "shuffle='block'" if shuffle == "full" else
-                f"raise max_bytes, or lower block_shards ({block_shards}) or num_workers")
-        raise LoaderConfigError(f"cache.max_bytes {cfg.max_bytes}{per} < {need} bytes, the shards one process "
-                                f"needs at a time (one block of each source): {hint}")
+                "shuffle='block'" if shuffle == "full" else f"raise max_bytes or lower block_shards ({block_shards})")
+        raise LoaderConfigError(f"cache.max_bytes {reader.cache_cfg.max_bytes} < {need} bytes, the shards needed "
+                                f"at a time (one block of each source): {hint}")
 
 
-def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, cache: CacheConfig,
-                      num_workers: int) -> tuple[FlatIndex, CachedSplitReader]:
+def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, cache: CacheConfig
+                      ) -> tuple[FlatIndex, CachedSplitReader]:
     """Fetch the index of the shard set at `data_dir` (s3://bucket/prefix or a directory) into the cache
     and build the split's reader; prune cache directories this layout does not use."""
     cache.check()
@@ -206,13 +273,13 @@ def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, c
     tmp.replace(root / INDEX_NAME)
     index = read_flat_index(root)  # a lance set is refused here: only flat files are cached
     split_dir = root / split
-    keep = {"main"} if num_workers == 0 else {f"worker-{w}" for w in range(num_workers)}
+    keep = {"main"}  # directories of an earlier layout (per-worker caches) are dropped
     if split_dir.is_dir():
         for proc in split_dir.iterdir():
             if proc.name not in keep:
                 shutil.rmtree(proc, ignore_errors=True)
     try:
-        reader = CachedSplitReader(index, split, verify, store, cache, max(1, num_workers))
+        reader = CachedSplitReader(index, split, verify, store, cache)
     except CacheBudgetError as err:
         raise LoaderConfigError(f"cache.max_bytes: {err}") from None
     return index, reader
