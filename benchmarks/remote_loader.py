@@ -4,7 +4,8 @@ through a cache of 10% of the data: ours (PackedLoader, block shuffle) vs litdat
 Input (built once in a subprocess, untimed; REMOTE_BENCH_CACHE=<dir> keeps and reuses it): the samples of
 loader_throughput's build (an even stride of the corpus's documents, GPT-2 tokens packed into rows of 2048
 per source, written by packed_shards' own writer), in shards of REMOTE_BENCH_SHARD_SAMPLES samples
-(default 32: 128 KiB of tokens, so 10% of an 8 M-token set still holds a block of shards per worker),
+(default 16: 64 KiB of tokens; 10% of an 8 M-token set, 372 samples, must hold what 2 workers may be
+reading at once: 5 messages of 7 micro-batches of 8 = 280 samples, plus the shards where blocks cross),
 REMOTE_BENCH_TOKENS tokens (default 8 M). The same rows, in the same order, are written with litdata's
 `optimize` (TokensLoader, one chunk per shard's worth of tokens) for the peer.
 
@@ -50,7 +51,7 @@ BATCH = 8
 WORKERS = (0, 2)
 TOKENS_DEFAULT = 8_000_000
 BATCHES_DEFAULT = 300
-SHARD_SAMPLES_DEFAULT = 32
+SHARD_SAMPLES_DEFAULT = 16
 CACHE_FRACTION_DEFAULT = 0.10
 BLOCK_SHARDS = 1  # window per source: 1 shard + 1 a micro-batch crossing into the next block touches
 BUCKET = "bench"
