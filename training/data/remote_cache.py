@@ -276,6 +276,11 @@ class ShardCache:
                 threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True).start()
             self._cond.notify_all()
 
+    def cancel(self) -> None:
+        """Drop the queued prefetches (the iteration that planned them ended); downloads in flight finish."""
+        with self._cond:
+            self._queue.clear()
+
     # -- downloads ---------------------------------------------------------------------------------
     def _download(self, key: Key) -> None:
         try:

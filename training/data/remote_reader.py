@@ -154,6 +154,13 @@ class PrefetchingOrder:
         ahead = np.concatenate(parts)
         return ahead[ahead < self.length]
 
+    def close(self) -> None:
+        """The iteration ended: this process's queued prefetches are not needed (a resume plans anew)."""
+        cache = self.reader._cache
+        if isinstance(cache, ShardCache) and self.reader._cache_pid == os.getpid():
+            cache.cancel()
+        self._planned = None
+
     def samples(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         src, idx = self.order.samples(epoch, positions)
         cache = self.reader.process_cache()
