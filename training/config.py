@@ -72,6 +72,26 @@ class MediaDataSettings(_Strict):
     page_prompt: str = "Read the page."
 
 
+class CacheSettings(_Strict):
+    """A local cache for a remote shard set (data_dir s3://bucket/prefix): training/data/remote_reader.py.
+    The S3 keys mirror the platform's `storage.s3` (endpoint_url, region, max_attempts)."""
+
+    dir: str
+    """Local directory of the cache (relative to the config file); managed by the loader, one per run."""
+    max_bytes: Annotated[int, Field(gt=0)]
+    """Shard bytes held at once over all DataLoader workers (each gets an equal share); must hold one
+    block of `block_shards` shards per source (shuffle: block)."""
+    prefetch_steps: Annotated[int, Field(ge=0)] = 4
+    """Optimizer steps ahead whose shards are downloaded in the background."""
+    download_attempts: Annotated[int, Field(ge=1)] = 5
+    """Attempts per file (transient error or sha256 mismatch), backoff 0.2 s doubling."""
+    endpoint_url: str | None = None
+    """S3 endpoint (MinIO, moto); None: AWS_ENDPOINT_URL or AWS."""
+    region: str = "us-east-1"
+    max_attempts: Annotated[int, Field(ge=1)] = 5
+    """Attempts per S3 request inside pyarrow (AWS's standard retry mode), as the platform's storage.s3."""
+
+
 class DataSettings(_Strict):
     """What the training loader reads: the fields of `training.data.loader.LoaderConfig` (token shards)
     or `training.data.media_loader.MediaLoaderConfig` (media shards, with `media`)."""
@@ -99,6 +119,15 @@ class DataSettings(_Strict):
     """A shard that differs from the index: stop with an error naming it, or leave it out on every rank
     (decided when the loader is built; logged and counted in the loader state)."""
     collate: Literal["packed", "padded"] = "packed"
+    pad_to_multiple_of: Annotated[int, Field(ge=1)] | None = None
+    """collate: padded: each micro-batch's width, its longest sample, rounded up to a multiple of this (e.g. 8
+    or 64 for tensor-core tiles); None: exactly the longest. Unpadded `flat_varlen` shards are padded this way too."""
+    shuffle: Literal["full", "block"] = "full"
+    """Each pass of a source: a full permutation, or a block shuffle of `block_shards` shards at a time
+    (what a cache smaller than the shard set needs)."""
+    block_shards: Annotated[int, Field(ge=1)] = 4
+    cache: CacheSettings | None = None
+    """Required when data_dir is s3://bucket/prefix: shards are read through this bounded local cache."""
 
 
 class ValidationSettings(_Strict):
@@ -251,9 +280,9 @@ class RunConfig(_Strict):
         return self.model_dump(mode="json")
 
 
-# Keys holding paths: made absolute against the config file's directory.
-_PATH_KEYS = (("data", "data_dir"), ("data", "media", "tokenizer_path"), ("model", "model_path"), ("checkpoint", "dir"),
-              ("metrics_file",))
+# Keys holding paths: made absolute against the config file's directory (URLs such as s3:// are kept).
+_PATH_KEYS = (("data", "data_dir"), ("data", "cache", "dir"), ("data", "media", "tokenizer_path"),
+              ("model", "model_path"), ("checkpoint", "dir"), ("metrics_file",))
 
 
 def _format_errors(err: ValidationError) -> str:
@@ -284,7 +313,7 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
         node: Any = raw
         for key in keys[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str) and "://" not in node[keys[-1]]:
             node[keys[-1]] = str((base_dir / os.path.expanduser(node[keys[-1]])).resolve())
 
 

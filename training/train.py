@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from training.checkpoint import Checkpoint, CheckpointError, find_latest_checkpoint, read_checkpoint, save_checkpoint
 from training.config import RunConfig, RunConfigError, load_run_config, parse_override
-from training.data.loader import LoaderConfig, PackedLoader
+from training.data.loader import CacheConfig, LoaderConfig, PackedLoader
 from training.data.media_loader import MediaLoader
 from training.distributed import DistEnv, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed
 from training.distributed import shutdown as shutdown_distributed
@@ -64,14 +64,26 @@ def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
             micro_batch_size=data.micro_batch_size, seed=data.seed, weights=data.weights,
             samples_per_epoch=data.samples_per_epoch, num_workers=data.num_workers,
             verify=data.verify, on_corrupt=data.on_corrupt, collate=data.collate,
+            pad_to_multiple_of=data.pad_to_multiple_of,
+            shuffle=data.shuffle, block_shards=data.block_shards, cache=_cache_config(cfg),
         )
     # Evaluation: the split's natural mixture (weights name training sources), no workers (a few
     # batches, read once per eval), the same batch geometry and corruption handling as training.
     return LoaderConfig(
         data_dir=data.data_dir, split=split, global_batch_size=data.global_batch_size,
         micro_batch_size=data.micro_batch_size, seed=data.seed, collate=data.collate,
-        verify=data.verify, on_corrupt=data.on_corrupt,
+        pad_to_multiple_of=data.pad_to_multiple_of,
+        verify=data.verify, on_corrupt=data.on_corrupt, cache=_cache_config(cfg),
     )
+
+
+def _cache_config(cfg: RunConfig) -> CacheConfig | None:
+    c = cfg.data.cache
+    if c is None:
+        return None
+    return CacheConfig(dir=c.dir, max_bytes=c.max_bytes, prefetch_steps=c.prefetch_steps,
+                       max_attempts=c.download_attempts, endpoint_url=c.endpoint_url, region=c.region,
+                       request_attempts=c.max_attempts)
 
 
 def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str,

@@ -31,11 +31,22 @@ from training.data.global_order import GlobalOrder
 from training.data.length_buckets import BUCKET_WINDOW_STEPS, LengthBuckets
 from training.data.loader_position import LoaderConfigError, LoaderPosition, LoaderStateError, check_common_fields
 from training.data.mixture import Mixture
+from training.data.remote_cache import is_remote
+from training.data.remote_reader import (
+    CacheConfig,
+    CachedSplitReader,
+    PrefetchingOrder,
+    WorkerFetcher,
+    block_shuffle_of,
+    check_shuffle,
+    check_window,
+    open_remote_split,
+)
 from training.data.shard_index import read_shard_index
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
 
 # re-exported: callers and tests import them from here
-__all__ = ["LoaderConfig", "LoaderConfigError", "LoaderStateError", "PackedLoader"]
+__all__ = ["CacheConfig", "LoaderConfig", "LoaderConfigError", "LoaderStateError", "PackedLoader"]
 
 
 @dataclass(frozen=True)
@@ -67,11 +78,30 @@ class LoaderConfig:
     collate: str = "packed"
     """"packed" (fixed seq_len, segments) or "padded" (one document per sample, padded to the longest in
     the batch, length-bucketed)."""
+    shuffle: str = "full"
+    """"full": every pass of a source is a full permutation; "block": a block shuffle of `block_shards`
+    shards at a time (permutation.py), so a cache of one block per source suffices (remote_reader.py)."""
+    block_shards: int = 4
+    cache: CacheConfig | None = None
+    """Read data_dir (s3://bucket/prefix or a directory) through a local cache bounded in bytes; required
+    for s3://."""
+    pad_to_multiple_of: int | None = None
+    """collate="padded": round each micro-batch's width up to a multiple of this (e.g. 8 or 64, tensor-core
+    tiles); None: exactly the longest sample. The order and resume do not depend on it."""
 
     def __post_init__(self) -> None:
         check_common_fields(self, VERIFY_MODES, ON_CORRUPT)
+        m = self.pad_to_multiple_of
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise LoaderConfigError(f"pad_to_multiple_of: expected None or an int >= 1, got {m!r}")
         if self.collate not in COLLATES:
             raise LoaderConfigError(f"collate: expected one of {list(COLLATES)}, got {self.collate!r}")
+        check_shuffle(self.shuffle, self.block_shards)
+        if is_remote(str(self.data_dir)) and self.cache is None:
+            raise LoaderConfigError(f"data_dir {self.data_dir}: a remote shard set needs `cache` (dir, max_bytes)")
+        if self.cache is not None and self.collate == "padded":
+            raise LoaderConfigError("cache: collate='padded' reads every sample's length when the loader is "
+                                    "built (all shards); cached reading supports collate='packed'")
 
 
 def _as_is(batch: Any) -> Any:
@@ -82,19 +112,30 @@ class PackedLoader(LoaderPosition):
     STATE_FORMAT = "training.data.PackedLoader"
     STATE_VERSION = 1
     # identity keys added after version 1 was written, with the value a state that lacks them means
-    ADDED_KEYS = {"skipped_shards": []}  # states saved before on_corrupt existed skipped nothing
+    # states saved before on_corrupt existed skipped nothing; before `shuffle`, every pass was a full permutation
+    ADDED_KEYS = {"skipped_shards": [], "shuffle": "full"}
 
     def __init__(self, cfg: LoaderConfig, rank: int = 0, world_size: int = 1) -> None:
         self.cfg = cfg
-        self.index = read_shard_index(cfg.data_dir)
-        reader = SplitReader
-        if self.index.format == "lance":  # the order is the same for every format: only the reader differs
-            from training.data.lance_reader import LanceSplitReader as reader
-        self.reader = reader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
+        if cfg.cache is not None:  # remote (or cached local) files: fetched into the cache as needed
+            self.index, self.reader = open_remote_split(str(cfg.data_dir), cfg.split, cfg.verify, cfg.on_corrupt,
+                                                        cfg.cache)
+        else:
+            self.index = read_shard_index(cfg.data_dir)
+            reader = SplitReader
+            if self.index.format == "lance":  # the order is the same for every format: only the reader differs
+                from training.data.lance_reader import LanceSplitReader as reader
+            elif self.index.format == "flat_varlen":
+                from training.data.flat_varlen_reader import VarlenSplitReader as reader
+            self.reader = reader(self.index, cfg.split, cfg.verify, cfg.on_corrupt)
         self.mixture = Mixture.from_weights(self.reader.sources, self.reader.sizes.tolist(), cfg.weights, cfg.split)
         steps = self._plan_epoch(cfg, self.reader.sizes, self.mixture, rank, world_size)
-        order = GlobalOrder(self.reader.sizes, self.mixture, cfg.seed, steps * cfg.global_batch_size)
-        if cfg.collate == "padded":
+        order = GlobalOrder(self.reader.sizes, self.mixture, cfg.seed, steps * cfg.global_batch_size,
+                            block_shuffle_of(self.reader, cfg.shuffle, cfg.block_shards))
+        if isinstance(self.reader, CachedSplitReader):
+            check_window(self.reader, self.mixture, cfg.shuffle, cfg.block_shards, cfg.micro_batch_size)
+            self.order = PrefetchingOrder(order, self.reader, self.plan, cfg.cache.prefetch_steps)
+        elif cfg.collate == "padded":
             self.reader.check_one_segment_per_sample()
             self.order: GlobalOrder | LengthBuckets = LengthBuckets(order, self.reader.lengths, cfg.global_batch_size)
         else:
@@ -124,12 +165,15 @@ class PackedLoader(LoaderPosition):
         pin = torch.cuda.is_available()
         group = group_size(self.cfg.micro_batch_size, self.index.seq_len) if workers else None
         dataset = MicroBatchDataset(self.plan, self.order, self.reader, self.cfg.collate, self._epoch, self._micro,
-                                    group)
-        messages = None
+                                    group, self.cfg.pad_to_multiple_of)
+        messages = fetcher = None
+        if workers and isinstance(self.order, PrefetchingOrder):  # the main process downloads for its workers
+            fetcher = WorkerFetcher(self.order, lambda: (self._epoch, self._micro), workers, group)
         if workers:
             # Lance's runtime threads are not fork-safe (pylance warns, and a worker forked while one holds a
-            # lock can hang): lance workers start from a forkserver, flat ones fork as before
-            ctx = "forkserver" if self.index.format == "lance" else None
+            # lock can hang): lance workers start from a forkserver, flat ones fork as before; so do cached
+            # (remote) ones: the AWS SDK's state and a prefetch thread's locks must not be copied into a worker
+            ctx = "forkserver" if self.index.format == "lance" or isinstance(self.reader, CachedSplitReader) else None
             messages = iter(DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_as_is,
                                        pin_memory=pin, multiprocessing_context=ctx))
             it = (batch for message in messages for batch in unpack(message))
@@ -143,6 +187,10 @@ class PackedLoader(LoaderPosition):
                     item = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.items()}
                 yield item
         finally:
+            if fetcher is not None:
+                fetcher.stop()
+            if isinstance(self.order, PrefetchingOrder):
+                self.order.close()
             shutdown = getattr(messages, "_shutdown_workers", None)
             if shutdown is not None:  # stop workers now, not when the iterator is garbage-collected
                 shutdown()
@@ -161,4 +209,5 @@ class PackedLoader(LoaderPosition):
             "bucket_window_steps": BUCKET_WINDOW_STEPS if self.cfg.collate == "padded" else None,
             "mixture": self.mixture.as_state(),
             "index_sha256": self.index.sha256,
+            "shuffle": "full" if self.cfg.shuffle == "full" else f"block:{self.cfg.block_shards}",
         }
