@@ -211,11 +211,13 @@ def _side(run_name: str):
         server = _Server(spec)  # untimed: the upload is the "remote" corpus being there
         code = f"from benchmarks.subset_lance import {run_name} as run\n{_MEASURE}"
 
-        def finish(result: dict[str, Any]) -> dict[str, Any]:
-            server.stop()
-            return result
+        def work() -> dict[str, Any]:
+            try:
+                return _run_sizes(spec, run_dir, code, server)
+            finally:
+                server.stop()  # also when a size fails: the server must not outlive the side
 
-        return Prepared(lambda: _run_sizes(spec, run_dir, code, server), finish)
+        return Prepared(work)
 
     return side
 
