@@ -5,6 +5,7 @@ own tokenizer and template, packs and versions them, and fine-tunes the base mod
 training_run asset. Everything is written under tmp_path, laid out like the checkout (a git repository
 whose data/ is git-ignored), with the two example configs copied unchanged."""
 
+import json
 import math
 import os
 import shutil
@@ -50,6 +51,7 @@ def example(tmp_path_factory):
                           str(root / "configs" / "sft_example.yaml")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "WARNING" not in res.stdout + res.stderr, res.stdout + res.stderr
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield root, res.stdout, instance
 
@@ -87,7 +89,17 @@ def test_the_tokenizer_is_the_base_models_with_its_own_template(example):
     used = AutoTokenizer.from_pretrained(shards / "tokenizer", local_files_only=True)
     assert len(used) == len(base) == 4096  # no token added: the vocabulary is the model's
     assert used.chat_template == base.chat_template
-    assert (root / "data" / "sft_example" / "packed_shards" / "_all.dvc").is_file()  # dvc add in its own repo
+
+
+def test_the_shards_are_versioned_in_the_storage_roots_own_dvc_repository(example):
+    root, _, _ = example
+    storage = root / "data" / "sft_example"
+    # dvc add in a DVC repository without git (the checkout's data/ is git-ignored): no git revision to pin
+    assert (storage / "packed_shards" / "_all.dvc").is_file() and (storage / ".dvc" / "config").is_file()
+    record = json.loads((storage / "dataset_version" / "_all" / "version.json").read_text())
+    assert record["recorded_in"] == "packed_shards/_all.dvc" and record["pushed"] is True
+    assert record["git_revision"] is None and record["git_dirty"] is None
+    assert not (root / ".dvc").exists()  # the enclosing git repository is left alone
 
 
 def _first_batch_loss(model, run_config: Path, data_dir: str, ckpt: Path) -> float:
@@ -125,4 +137,3 @@ def test_the_run_fine_tunes_the_base_weights(example):
     assert all(math.isfinite(v) for v in losses.values()) and losses[30] < losses[1], losses
     summary = next(line.split() for line in stdout.splitlines() if line.startswith("training "))
     assert summary[1:4] == ["ok", "steps", "30,"], stdout
-    print(stdout)
