@@ -10,12 +10,14 @@ code location (which loads the config for sensors and partitions) keeps loading.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from platform_assets.cleaning.recipes import Recipe, recipe_names, resolve_recipe
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
 from platform_assets.dedup.settings import DedupSettings
@@ -119,6 +121,14 @@ class PipelineConfig(StrictModel):
             seen.add(s.name)
         return sources
 
+    @model_validator(mode="after")
+    def _source_recipes_known(self) -> PipelineConfig:
+        for s in self.sources:
+            if s.recipe is not None and s.recipe not in recipe_names(self.cleaning):
+                raise ValueError(f"source {s.name!r}: unknown cleaning recipe {s.recipe!r} "
+                                 f"(known: {', '.join(recipe_names(self.cleaning))})")
+        return self
+
     def source(self, name: str) -> SourceConfigType:
         for s in self.sources:
             if s.name == name:
@@ -139,13 +149,20 @@ class PipelineConfig(StrictModel):
     def storage_root(self) -> str:
         return self.resolve(self.storage.root)
 
-    def cleaning_settings(self) -> CleaningSettings:
-        """The cleaning settings with a relative blocklist path resolved against the config's folder."""
-        path = self.cleaning.blocklist.path
+    def cleaning_recipe(self, source: str | None = None) -> Recipe:
+        """The cleaning recipe of `source` (None: the default recipe), paths resolved (cleaning_settings)."""
+        recipe = resolve_recipe(self.cleaning, self.source(source).recipe if source is not None else None)
+        return replace(recipe, settings=self.cleaning_settings(recipe.settings))
+
+    def cleaning_settings(self, settings: CleaningSettings | None = None) -> CleaningSettings:
+        """The cleaning settings (the global block unless given) with a relative blocklist path resolved
+        against the config's folder."""
+        settings = settings if settings is not None else self.cleaning
+        path = settings.blocklist.path
         if path is None or "://" in path:
-            return self.cleaning
-        blocklist = self.cleaning.blocklist.model_copy(update={"path": self.resolve(path)})
-        return self.cleaning.model_copy(update={"blocklist": blocklist})
+            return settings
+        blocklist = settings.blocklist.model_copy(update={"path": self.resolve(path)})
+        return settings.model_copy(update={"blocklist": blocklist})
 
     def tokenizer_settings(self) -> TokenizerSettings:
         """The tokenizer settings with a local `path` and a chat_template file made absolute; a hub id stays

@@ -22,9 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.parquet_parts import read_batches
-from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.stats.settings import StatisticsSettings
 from platform_assets.storage import Storage
+
+REPORT_SPLIT_ORDER = ("train", "validation", "test")
+"""Splits in report order (splits/assignment.SPLIT_NAMES; not imported: splits imports stats)."""
 
 LENGTH_COLUMNS = ("id", "split", "source", "num_tokens", "loss_tokens")
 
@@ -151,7 +153,7 @@ class DocumentLengths:
 
 def split_rank(split: str) -> tuple[int, str]:
     """train, validation, test, then any other name alphabetically: the order tables and charts use."""
-    return (SPLIT_NAMES.index(split), "") if split in SPLIT_NAMES else (len(SPLIT_NAMES), split)
+    return (REPORT_SPLIT_ORDER.index(split), "") if split in REPORT_SPLIT_ORDER else (len(REPORT_SPLIT_ORDER), split)
 
 
 def length_stats(batches: Iterable[pa.RecordBatch], edges: Sequence[int]) -> dict[tuple[str, str], SetLengths]:

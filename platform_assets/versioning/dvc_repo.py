@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -93,10 +94,23 @@ class DvcRepo:
     def is_git(self) -> bool:
         return self._run("git", "rev-parse", "--is-inside-work-tree", check=False).returncode == 0
 
+    def is_git_root(self) -> bool:
+        top = self._run("git", "rev-parse", "--show-toplevel", check=False)
+        return top.returncode == 0 and Path(top.stdout.strip()).resolve() == self.root.resolve()
+
+    def without_git(self) -> bool:
+        """Initialised with `dvc init --no-scm` (its .dvc/config says `no_scm = True`)."""
+        config = self.root / ".dvc" / "config"
+        return config.is_file() and re.search(r"^\s*no_scm\s*=\s*true\s*$", config.read_text(), re.I | re.M) is not None
+
     def ensure_initialized(self) -> None:
         if (self.root / ".dvc").is_dir():
             return
-        self.dvc_cmd("init", "--quiet", *([] if self.is_git() else ["--no-scm"]))
+        # A directory inside another repository's work tree but not its top level (a second storage
+        # root under the checkout's git-ignored data/, e.g. configs/sft_example.yaml's) is a DVC repo of
+        # its own without git: `dvc init` there refuses ("not a git repository root"), and `dvc add`
+        # under git-ignored data/ refuses to write a git-ignored .dvc file.
+        self.dvc_cmd("init", "--quiet", *([] if self.is_git_root() else ["--no-scm"]))
         self.dvc_cmd("config", "core.analytics", "false")
 
     def configure_remote(self, remote: DvcRemote, base_dir: Path) -> str:
@@ -114,7 +128,9 @@ class DvcRepo:
         return url
 
     def git_state(self) -> tuple[str | None, bool | None]:
-        if not self.is_git():
+        # a DVC repository without git (see ensure_initialized) pins versions in no git revision, even
+        # inside another repository's work tree
+        if not self.is_git() or self.without_git():
             return None, None
         head = self._run("git", "rev-parse", "HEAD", check=False)
         rev = head.stdout.strip() if head.returncode == 0 else None
