@@ -44,6 +44,11 @@ fi
 extras="test"
 [ "${PLATFORM_BENCH_PEERS:-0}" = 1 ] && extras="test,bench"
 .venv/bin/pip install -q -e ".[$extras]"
+# litdata (remote_loader_litdata's peer) without its requirements: they pull torchvision, which
+# replaces the CPU torch above with a CUDA build, and obstore, whose S3 client fails against moto
+if [ "${PLATFORM_BENCH_PEERS:-0}" = 1 ]; then
+  .venv/bin/pip install -q --no-deps "litdata==0.2.76" "lightning-utilities==0.15.3"
+fi
 
 if [ ! -x .venv-dvc/bin/dvc ]; then
   "$PY" -m venv .venv-dvc

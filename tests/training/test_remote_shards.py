@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,19 @@ SHARDS = {"a": [7, 5, 9, 6, 8, 4, 7, 6], "b": [10, 3, 8, 5]}  # 2 sources, 12 sh
 
 
 def dir_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and p.name != "index.json")
+    """Bytes on disk under root now; the prefetch thread renames and evicts files while this walks, so a
+    file gone between listing and stat counts as 0 (it is no longer on disk)."""
+    total = 0
+    for path in root.rglob("*"):
+        if path.name == "index.json":
+            continue
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
 
 
 def shard_bytes(flat: Path) -> list[int]:
