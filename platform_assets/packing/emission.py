@@ -14,6 +14,7 @@ from platform_assets.packing.samples import ROWS_PER_ROW_GROUP
 from platform_assets.packing.shard_writers import ShardGroupWriter, ShardSetHeader, gather_samples
 from platform_assets.packing.strategies import Packing, verify_packing
 from platform_assets.packing.survey import ConservationError, PackSet
+from platform_assets.packing.token_store import RunTokens
 
 OVERLONG_RULE = "overlong"
 
@@ -64,13 +65,15 @@ class Emitter:
     provenance: list[pa.Table] = field(default_factory=list)
 
     def emit(self, seq_ptr: np.ndarray, piece_src: np.ndarray, piece_len: np.ndarray, piece_start: np.ndarray,
-             values: np.ndarray, mask_values: np.ndarray | None, ids: pa.Array, chunks: np.ndarray) -> None:
-        """Sequences j (pieces seq_ptr[j]:seq_ptr[j+1]); piece p is values[piece_src[p]:][:piece_len[p]]."""
+             tokens: RunTokens, ids: pa.Array, chunks: np.ndarray) -> None:
+        """Sequences j (pieces seq_ptr[j]:seq_ptr[j+1]); piece p is tokens piece_src[p]:+piece_len[p] of
+        the store (token_store.py), which gives each run of ROWS_PER_ROW_GROUP samples its pieces."""
         h = self.header
         for a in range(0, len(seq_ptr) - 1, ROWS_PER_ROW_GROUP):
             b = min(a + ROWS_PER_ROW_GROUP, len(seq_ptr) - 1)
             p0, p1 = int(seq_ptr[a]), int(seq_ptr[b])
-            run = gather_samples(h.seq_len, h.pad_id, h.token_dtype, seq_ptr[a : b + 1] - p0, piece_src[p0:p1],
+            src, values, mask_values = tokens.run(piece_src[p0:p1], piece_len[p0:p1])
+            run = gather_samples(h.seq_len, h.pad_id, h.token_dtype, seq_ptr[a : b + 1] - p0, src,
                                  piece_len[p0:p1], values, mask_values)
             self.writer.add(run, ids.slice(p0, p1 - p0))
         self.provenance.append(provenance_rows(

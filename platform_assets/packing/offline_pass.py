@@ -1,12 +1,14 @@
 """Offline packing strategies (best_fit_decreasing, first_fit_decreasing, first_fit, window, none):
 every length of a set is known before anything is placed (the survey), then the token lists of the
-sets of a pass are read into flat arrays -- 4 bytes per token (int32 ids; +1 byte with loss masks),
-sets read together while their tokens fit `max_tokens_in_memory` -- and each run of 1024 samples is
-gathered from them with numpy."""
+sets of a pass are read into token stores (token_store.py) -- in memory while the pass's tokens fit
+the cap (stage.in_memory_tokens), else a spill file per set -- and each run of 1024 samples is
+gathered from its store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,7 @@ from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.strategies import pack
 from platform_assets.packing.survey import PackSet, Survey, TokenizedInputError, describe, flatten
+from platform_assets.packing.token_store import HeldTokens, SpillDir, SpilledTokens
 from platform_assets.parquet_parts import part_files, read_batches
 from platform_assets.storage import Storage
 
@@ -39,10 +42,9 @@ def plan_passes(sets: list[PackSet], max_tokens: int) -> list[list[int]]:
 
 @dataclass
 class _Held:
-    """A set's tokens in memory: document d is values[starts[d] : starts[d] + lengths[d]]."""
+    """A set's tokens in a store: document d is tokens starts[d] : starts[d] + lengths[d]."""
 
-    values: np.ndarray  # int32
-    masks: np.ndarray | None  # uint8, when the shard set has loss masks
+    store: HeldTokens | SpilledTokens
     starts: np.ndarray  # int64
     next_doc: int = 0  # documents filled so far (they arrive in input order)
 
@@ -58,15 +60,18 @@ def _parts(storage: Storage, rel: str) -> list[tuple[str, int]]:
 
 
 def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], batch_rows: int,
-               vocab_size: int) -> dict[int, _Held]:
-    """The tokens (and masks) of the sets `members`. Parts holding none of their rows are not read:
-    tokenized_documents writes one directory of parts per set, so a pass reads its own sets only."""
+               vocab_size: int, max_tokens: int, spill: Callable[[], Path]) -> dict[int, _Held]:
+    """The tokens (and masks) of the sets `members`: in memory when they fit `max_tokens` (the pass
+    planner groups only sets that fit together), else spilled to a file under `spill()`. Parts holding
+    none of their rows are not read: tokenized_documents writes one directory of parts per set, so a
+    pass reads its own sets only."""
     has_mask = survey.has_loss_mask
     held = {}
     for i in members:
         s = survey.sets[i]
-        held[i] = _Held(np.empty(s.tokens, np.int32), np.empty(s.tokens, np.uint8) if has_mask else None,
-                        np.cumsum(s.lengths) - s.lengths)
+        store = (HeldTokens(s.tokens, has_mask) if s.tokens <= max_tokens
+                 else SpilledTokens(spill(), f"set-{i:05d}", has_mask))
+        held[i] = _Held(store, np.cumsum(s.lengths) - s.lengths)
     columns = ["input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
     for part, part_rows in _parts(storage, rel):
@@ -86,22 +91,40 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
                                            batch.column("loss_mask").take(take) if has_mask else None,
                                            s.lengths[d0:d1], s.loss_tokens[d0:d1], vocab_size,
                                            lambda j, s=s, d0=d0: describe(s, d0 + j))
-                t0 = int(h.starts[d0])
-                h.values[t0 : t0 + flat.size] = flat
-                if h.masks is not None:
-                    h.masks[t0 : t0 + flat.size] = flat_mask
+                h.store.put(int(h.starts[d0]), flat, flat_mask)
                 h.next_doc = d1
             row += batch.num_rows
     if row != len(survey.row_set):
         raise TokenizedInputError(f"{rel} changed while being packed: {row} rows now, {len(survey.row_set)} before")
+    for h in held.values():
+        h.store.seal()
     return held
 
 
 def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
                   writer: ShardSetWriter, batch_rows: int, max_tokens: int) -> Packed:
+    """Every set packed by `settings.strategy`; a set of more than `max_tokens` tokens is spilled to
+    `settings.spill_dir` (the system's temp directory by default), removed before this returns."""
+    spill_dir: SpillDir | None = None
+
+    def spill() -> Path:
+        nonlocal spill_dir
+        if spill_dir is None:
+            spill_dir = SpillDir(settings.spill_dir)
+        return spill_dir.path
+
+    try:
+        return _pack_passes(storage, rel, survey, settings, header, writer, batch_rows, max_tokens, spill)
+    finally:
+        if spill_dir is not None:
+            spill_dir.close()
+
+
+def _pack_passes(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
+                 writer: ShardSetWriter, batch_rows: int, max_tokens: int, spill: Callable[[], Path]) -> Packed:
     stats, provenance, exclusions = [], [], []
     for members in plan_passes(survey.sets, max_tokens):
-        held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size)
+        held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size, max_tokens, spill)
         for i in members:
             s = survey.sets[i]
             h = held.pop(i)
@@ -111,8 +134,11 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
             emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard)
             piece_ids = s.ids.take(pa.array(packing.piece_doc)).combine_chunks() if len(packing.piece_doc) else (
                 pa.array([], pa.string()))
-            emitter.emit(packing.seq_ptr, h.starts[packing.piece_doc] + packing.piece_start, packing.piece_len,
-                         packing.piece_start, h.values, h.masks, piece_ids, s.chunks[packing.piece_doc])
+            try:
+                emitter.emit(packing.seq_ptr, h.starts[packing.piece_doc] + packing.piece_start, packing.piece_len,
+                             packing.piece_start, h.store, piece_ids, s.chunks[packing.piece_doc])
+            finally:
+                h.store.close()
             provenance.extend(emitter.provenance)
             d = packing.dropped
             exclusions.append(exclusion_rows(s, s.ids.take(pa.array(d)).to_pylist() if d.size else [],

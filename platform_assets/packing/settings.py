@@ -45,9 +45,15 @@ class PackingSettings(StrictModel):
     samples_per_shard: Annotated[int, Field(ge=1)] = 8192
     """8192 samples x 2048 tokens x 2 bytes (uint16) = 32 MiB of tokens per flat shard."""
     max_tokens_in_memory: Annotated[int, Field(ge=1)] = 256 * 2**20
-    """Offline strategies hold a (split, source) set's tokens at once (4 bytes each: 256 Mi tokens =
-    1 GiB); sets are read together while they fit, one larger than this is read alone. Use
-    streaming_best_fit for sets that do not fit in memory at all."""
+    """Offline strategies: tokens of the sets of a pass held in memory together (4 bytes each, +1 with
+    loss masks), and never more than a quarter of an io batch's worth (`io.batch_bytes` / 4 / those
+    bytes: 4 Mi tokens at 64 MiB), so the stage stays within the io budget whatever the input. A set
+    larger than that is spilled to a file under `spill_dir` and each run of 1024 samples reads its
+    pieces back (token_store.py): the same layout, the same bytes."""
+    spill_dir: str | None = Field(default=None, exclude=True)
+    """Offline strategies: where a set larger than the in-memory cap is spilled (default: the system's
+    temp directory); removed when the stage ends. Not part of index.json's `packing` (where the
+    tokens wait does not change a byte of the shards)."""
     pad_id: Annotated[int, Field(ge=0)] | None = None
     """Token written after the last segment of a sample; None: the tokenizer's pad id."""
 

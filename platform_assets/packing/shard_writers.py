@@ -67,6 +67,11 @@ class ShardSetHeader:
         }
 
 
+GATHER_SAMPLES = 128
+"""Samples whose index arrays are built at once in `gather_samples`: two int64 indexes per token are
+16 B a position, 4 MiB for 128 x 2048 (a whole run of 1024 at once took ~80 MiB of temporaries)."""
+
+
 def gather_samples(
     seq_len: int,
     pad_id: int,
@@ -80,30 +85,36 @@ def gather_samples(
     """Samples from pieces, vectorised: piece p of sample j (pieces seq_ptr[j]:seq_ptr[j+1], in
     order) is values[piece_src[p] : piece_src[p] + piece_len[p]], laid end to end from position 0.
 
-    One numpy gather per run (two index arrays of 8 B per token: 32 MiB for 1024 x 2048), no Python
-    loop per token or per piece.
+    One numpy gather per GATHER_SAMPLES samples, no Python loop per token or per piece.
     """
     seq_ptr = np.asarray(seq_ptr, dtype=np.int64)
     piece_len = np.asarray(piece_len, dtype=np.int64)
+    piece_src = np.asarray(piece_src, dtype=np.int64)
     n = len(seq_ptr) - 1
-    counts = np.diff(seq_ptr)
-    ends = np.cumsum(piece_len)
-    starts = ends - piece_len  # piece starts in the run's concatenated tokens
-    row_first = starts[seq_ptr[:-1]] if n else np.zeros(0, np.int64)  # where each sample's first piece starts
-    dst = np.repeat(np.arange(n, dtype=np.int64) * seq_len - row_first, counts) + starts
-    total = int(ends[-1]) if len(ends) else 0
-    # token t of piece p: source piece_src[p] + (t - starts[p]), destination dst[p] + (t - starts[p])
-    within = np.arange(total, dtype=np.int64)
-    src_idx = np.repeat(np.asarray(piece_src, dtype=np.int64) - starts, piece_len) + within
-    dst_idx = np.repeat(dst - starts, piece_len) + within
-    tokens = np.full(n * seq_len, pad_id, dtype=dtype)
-    tokens[dst_idx] = values[src_idx]
-    mask = None
-    if mask_values is not None:
-        mask = np.zeros(n * seq_len, dtype=np.uint8)
-        mask[dst_idx] = mask_values[src_idx]
-        mask = mask.reshape(n, seq_len)
-    return ShardSamples(tokens.reshape(n, seq_len), piece_len.astype(np.int32), seq_ptr - seq_ptr[0], mask)
+    tokens = np.full((n, seq_len), pad_id, dtype=dtype)
+    mask = np.zeros((n, seq_len), dtype=np.uint8) if mask_values is not None else None
+    for a in range(0, n, GATHER_SAMPLES):
+        b = min(a + GATHER_SAMPLES, n)
+        p0, p1 = int(seq_ptr[a]), int(seq_ptr[b])
+        lens = piece_len[p0:p1]
+        ends = np.cumsum(lens)
+        starts = ends - lens  # piece starts in the block's concatenated tokens
+        # where each sample's first piece starts, and each piece's place in the block's positions
+        row_first = starts[seq_ptr[a:b] - p0]
+        dst = np.repeat(np.arange(b - a, dtype=np.int64) * seq_len - row_first, np.diff(seq_ptr[a : b + 1])) + starts
+        total = int(ends[-1]) if len(ends) else 0
+        # token t of piece p: source piece_src[p] + (t - starts[p]), destination dst[p] + (t - starts[p])
+        within = np.arange(total, dtype=np.int64)
+        src_idx = np.repeat(piece_src[p0:p1] - starts, lens)
+        src_idx += within
+        dst_idx = np.repeat(dst - starts, lens)
+        dst_idx += within
+        del within
+        block = tokens[a:b].reshape(-1)  # a view: rows a..b are contiguous
+        block[dst_idx] = values[src_idx]
+        if mask is not None:
+            mask[a:b].reshape(-1)[dst_idx] = mask_values[src_idx]
+    return ShardSamples(tokens, piece_len.astype(np.int32), seq_ptr - seq_ptr[0], mask)
 
 
 def _take(run: ShardSamples, docs: pa.Array, start: int, stop: int) -> tuple[ShardSamples, pa.Array]:

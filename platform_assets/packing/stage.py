@@ -13,11 +13,11 @@ this module (the header, the cross-checks, the commit).
 
 - Offline strategies (best_fit_decreasing, ...) need every length of a set before placing anything:
   a survey pass reads the small columns, then the token lists of a set are read into one flat array
-  -- 4 bytes per token of the sets being packed (int32 ids; +1 byte with loss masks) -- and each run
-  of 1024 samples is gathered from it with numpy. Sets are read together while their tokens fit
-  `max_tokens_in_memory` (a set larger than that is read alone). Measured on the real corpus (199M
-  GPT-2 tokens, 34k documents, all three formats): 18 CPU-s, peak RSS 1.7 GB, of which 0.8 GB are the
-  token arrays and most of the rest Arrow's allocator keeping pages from reading ~45 MB row groups.
+  -- 4 bytes per token (int32 ids; +1 byte with loss masks) -- and each run of 1024 samples is
+  gathered from it. Sets are held in memory together while their tokens fit `max_tokens_in_memory`
+  and a quarter of an io batch (`in_memory_tokens`: 4 Mi tokens at the default 64 MiB); a larger set
+  goes to a spill file and each run reads its pieces back (token_store.py), so memory no longer grows
+  with a set (before: the whole set, 0.8 GB of the 1.7 GB peak on the real corpus's 199 M tokens).
 - `streaming_best_fit` reads the input once; memory is the tokens of the documents still in open
   sequences (at most max_open_sequences x seq_len per set: 8 MiB at the defaults) plus one record
   batch (same corpus: 21 CPU-s, peak RSS 1.2 GB, nearly all of it the reader's).
@@ -50,13 +50,14 @@ from platform_assets.storage import Storage
 
 __all__ = [
     "DEFAULT_MAX_TOKENS_IN_MEMORY", "EXCLUSIONS_FILE", "EXCLUSIONS_SCHEMA", "OVERLONG_RULE", "ConservationError",
-    "PackStageResult", "SetStats", "TokenizedInputError", "pack_outputs",
+    "PackStageResult", "SetStats", "TokenizedInputError", "in_memory_tokens", "pack_outputs",
 ]
 
 STREAMING_STRATEGY = "streaming_best_fit"
 # Tokens of all sets read in one pass of an offline strategy: 256 Mi tokens = 1 GiB of int32 ids
 # (+256 MiB of masks). A larger set still gets a pass of its own.
 DEFAULT_MAX_TOKENS_IN_MEMORY = 256 * 2**20
+READ_BATCH_TOKENS = 2**20  # 4 MiB of int32 ids per batch read (token_batch_rows)
 REQUIRED_COLUMNS = ("id", "split", "source", "chunk", "input_ids", "num_tokens", "loss_tokens")
 TOKENIZER_KEYS = ("vocab_size", "pad_id", "eos_id", "bos_id", "name", "sha256")
 
@@ -85,6 +86,25 @@ class PackStageResult(StageResult):
                 "tokens": t.tokens, "loss_tokens": t.loss_tokens, "tokens_in": self.tokens_in,
                 "efficiency": round(t.efficiency, 6), "documents_split": t.documents_split,
                 "documents_dropped": t.documents_dropped, "token_dtype": self.token_dtype}
+
+
+def in_memory_tokens(max_tokens_in_memory: int, io: IOSettings, has_loss_mask: bool) -> int:
+    """Tokens an offline pass may hold in memory: `max_tokens_in_memory`, and no more than a quarter
+    of an io batch's bytes of them (4 bytes a token, +1 with masks: 4 Mi tokens at the default 64 MiB);
+    larger sets are spilled (token_store.py). Held tokens are copied once more while they are read, so
+    a held set costs ~2x its bytes: on the pipeline_scaling 16x input (base 8 MB) holding its 11.5 M
+    token set put 100 MB on the stage's peak that spilling it does not, at the same speed."""
+    return max(1, min(max_tokens_in_memory, io.batch_bytes // 4 // (4 + int(has_loss_mask))))
+
+
+def token_batch_rows(io: IOSettings, rows: int, tokens: int) -> int:
+    """Rows per batch of the token passes: `io.batch_rows`, fewer where rows are long, so a batch
+    holds ~READ_BATCH_TOKENS. Arrow decodes a row group's pages batch by batch, and each batch is
+    copied twice more (take, flatten): 8192 rows of whole documents were the stage's peak (the 16x
+    pipeline_scaling input's 46 MiB row group: 614 MiB peak RSS; 387 MiB with 128-row batches)."""
+    if not rows or not tokens:
+        return io.batch_rows
+    return max(1, min(io.batch_rows, READ_BATCH_TOKENS * rows // tokens))
 
 
 def _header(settings: PackingSettings, tokenizer_info: dict, has_loss_mask: bool) -> ShardSetHeader:
@@ -172,14 +192,16 @@ def pack_outputs(
     header = _header(settings, tokenizer_info, surveyed.has_loss_mask)
     tokens_in = sum(s.tokens for s in surveyed.sets)
     loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
+    batch_rows = token_batch_rows(io, len(surveyed.row_set), tokens_in)
     with storage.staged_dir(out_rel) as staged:
         writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
         if streaming:
             stats, provenance, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header, writer,
                                                            batch_rows)
         else:
+            held_max = in_memory_tokens(max_tokens_in_memory, io, surveyed.has_loss_mask)
             stats, provenance, exclusions = pack_offline(storage, tokenized_rel, surveyed, settings, header, writer,
-                                                         batch_rows, max_tokens_in_memory)
+                                                         batch_rows, held_max)
         indexes = writer.close()
         provenance_table = write_provenance(staged, provenance)
         exclusions_table = pa.concat_tables(exclusions) if exclusions else EXCLUSIONS_SCHEMA.empty_table()

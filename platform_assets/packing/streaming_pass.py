@@ -18,6 +18,7 @@ from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.strategies import Packing, StreamingBestFit
 from platform_assets.packing.survey import ConservationError, PackSet, Survey, TokenizedInputError, flatten
+from platform_assets.packing.token_store import ArrayTokens
 from platform_assets.parquet_parts import read_batches
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
@@ -64,7 +65,7 @@ class StreamSet:
             seq_ptr = np.concatenate(([0], np.cumsum(counts)))
             ids = pa.array([open_docs[k].id for k in at.tolist()], pa.string())
             chunks = np.fromiter((open_docs[k].chunk for k in at.tolist()), np.int32, n)
-            self.emitter.emit(seq_ptr, doc_start[at] + start, length, start, values, masks, ids, chunks)
+            self.emitter.emit(seq_ptr, doc_start[at] + start, length, start, ArrayTokens(values, masks), ids, chunks)
             self.counts.append(counts)
             self.pieces.append(flat)
             for d, ln in zip(doc.tolist(), length.tolist(), strict=True):
