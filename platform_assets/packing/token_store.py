@@ -65,6 +65,8 @@ class SpillDir:
     """A private temporary directory for one packing run's spill files, removed when closed."""
 
     def __init__(self, parent: str | None = None):
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="packing-spill-", dir=parent)
         self.path = Path(self._tmp.name)
 
