@@ -81,8 +81,8 @@ def test_split_and_token_statistics_match_the_data(pipeline):
     for label, size in LABELS.items():  # each stratum keeps 60/20/20 within one document
         assert by_name[label]["documents"] == size and abs(by_name[label]["validation"] - 0.2 * size) <= 1
     assert "| <missing> | 21 |" in splits["strata"] and "data:image/svg+xml" in splits["label_distribution"]
-    labels = {r["label"]: r for r in splits["label_counts"]["rows"]}
-    assert list(labels) == ["positive", "negative", "<other>", "<missing>"] and labels["<other>"]["total"] == 8
+    labels = {r["label"] or r["bucket"]: r for r in splits["label_counts"]["rows"]}
+    assert list(labels) == ["positive", "negative", "other", "missing"] and labels["other"]["total"] == 8
     assert sum(r["total"] for r in labels.values()) == n
     written = pq.read_table(root / "dataset_splits" / "_all", columns=["split"])["split"]
     for split in ("train", "validation", "test"):

@@ -1,6 +1,7 @@
 """Token-length and output-length histograms of tokenized documents, per (split, source).
 
-A document's length is the sum over its rows: overlong documents may be chunked into several rows
+A document (its id within its (split, source) set: ids are unique there only) has the sum of its rows
+as its length: overlong documents may be chunked into several rows
 (tokenize/encode.py keeps a document's chunks consecutive), and a histogram of chunks would show the
 chunk size, not the documents. Its output length is its `loss_tokens`: the tokens the training loss is
 computed on, i.e. the assistant turns of a chat document (the loss mask) and every token of a plain
@@ -118,23 +119,26 @@ class DocumentLengths:
         n = batch.num_rows
         if n == 0:
             return
-        ids = batch.column("id")
-        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        ids = _flat(batch.column("id"))
         tokens = np.asarray(batch.column("num_tokens").to_numpy(zero_copy_only=False), np.int64)
         loss = np.asarray(batch.column("loss_tokens").to_numpy(zero_copy_only=False), np.int64)
-        changed = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        splits_col, sources_col = _flat(batch.column("split")), _flat(batch.column("source"))
+        # ids are unique within a (split, source) set only: the same id opening the next source's
+        # set is another document, so a document ends where any of the three changes
+        changed = pc.or_(pc.or_(_differs_from_previous(ids), _differs_from_previous(splits_col)),
+                         _differs_from_previous(sources_col)).to_numpy(zero_copy_only=False)
         starts = np.concatenate([[0], np.flatnonzero(changed) + 1]).astype(np.int64)
         doc_tokens, doc_loss = np.add.reduceat(tokens, starts), np.add.reduceat(loss, starts)
-        first_id = ids[0].as_py()
-        if self._pending is not None and self._pending[0] == first_id:
+        first = (ids[0].as_py(), splits_col[0].as_py(), sources_col[0].as_py())
+        if self._pending is not None and self._pending[:3] == first:
             pid, split, source, t, lo = self._pending
             self._pending = (pid, split, source, t + int(doc_tokens[0]), lo + int(doc_loss[0]))
             starts, doc_tokens, doc_loss = starts[1:], doc_tokens[1:], doc_loss[1:]
             if len(starts) == 0:
                 return
         self._flush_pending()
-        splits = batch.column("split").take(pa.array(starts)).to_pylist()
-        sources = batch.column("source").take(pa.array(starts)).to_pylist()
+        splits = splits_col.take(pa.array(starts)).to_pylist()
+        sources = sources_col.take(pa.array(starts)).to_pylist()
         last = len(starts) - 1
         self._pending = (ids[int(starts[last])].as_py(), splits[last], sources[last],
                          int(doc_tokens[last]), int(doc_loss[last]))
@@ -149,6 +153,18 @@ class DocumentLengths:
     def finish(self) -> dict[tuple[str, str], SetLengths]:
         self._flush_pending()
         return dict(sorted(self.sets.items(), key=lambda kv: (split_rank(kv[0][0]), kv[0])))
+
+
+def _flat(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _differs_from_previous(values: pa.Array) -> pa.Array:
+    """Row i+1 differs from row i (null-safe: a null equals a null, not a value)."""
+    previous, current = values.slice(0, len(values) - 1), values.slice(1)
+    same = pc.or_kleene(pc.equal(previous, current).fill_null(False),
+                        pc.and_(pc.is_null(previous), pc.is_null(current)))
+    return pc.invert(same)
 
 
 def split_rank(split: str) -> tuple[int, str]:

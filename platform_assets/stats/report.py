@@ -8,7 +8,7 @@ from typing import Any
 
 from platform_assets.charts import bar_chart_markdown
 from platform_assets.stats.histograms import LengthHistogram, SetLengths, split_rank
-from platform_assets.stats.labels import LabelCounts
+from platform_assets.stats.labels import LabelCounts, row_name
 
 MAX_CHARTS = 12
 """Charts per metadata entry: 3 splits x 4 sources; further sets are in the table and the JSON."""
@@ -70,17 +70,18 @@ def lengths_json(stats: dict[tuple[str, str], SetLengths]) -> dict[str, Any]:
 
 
 def labels_markdown(counts: LabelCounts, k: int) -> str:
-    """Labels x splits table (top k, `<other>`, `<missing>`), then a chart of the totals."""
+    """Labels x splits table (top k, then the buckets: other labels, no label), then a chart of the
+    totals. Bucket names are in italics in the table: a label may be spelled "(no label)" too."""
     rows = counts.table_rows(k)
     splits = sorted(counts.counts, key=split_rank)
     if not rows:
         return f"**labels ({counts.path.spec})**: no documents"
     head = "| label | " + " | ".join(splits) + " | total |\n|---|" + "---:|" * (len(splits) + 1) + "\n"
-    body = "\n".join("| " + _cell(r["label"]) + " | " +
+    body = "\n".join("| " + (_cell(r["label"]) if r["label"] is not None else f"_{row_name(r)}_") + " | " +
                      " | ".join(f"{r[s]:,}" for s in splits) + f" | {r['total']:,} |" for r in rows)
     note = (f"\n\n_more than {counts.max_distinct:,} distinct labels: later new ones are counted together_"
             if counts.truncated else "")
-    chart = bar_chart_markdown(f"documents per {counts.path.spec}", [str(r["label"]) for r in rows],
+    chart = bar_chart_markdown(f"documents per {counts.path.spec}", [row_name(r) for r in rows],
                                [float(r["total"]) for r in rows])
     return f"**labels ({counts.path.spec})**\n\n" + head + body + note + "\n\n" + chart
 

@@ -80,9 +80,9 @@ def test_stratify_by_a_meta_field_keeps_each_stratum_ratios_and_leaks_nothing(tm
         assert s["documents"] == expected_sizes[label]
         assert all(s[name] == int((splits[labels == label] == name).sum()) for name in RATIOS)
     # labels: top 2 by name, the rest as <other>, <missing> on its own; totals add up to the documents
-    rows = {r["label"]: r for r in result.labels.table_rows(stats.label_top_k)}
-    assert list(rows) == ["pos", "neg", "<other>", MISSING]
-    assert rows["<other>"]["total"] == 31 and rows[MISSING]["total"] == 24
+    rows = {r["label"] or r["bucket"]: r for r in result.labels.table_rows(stats.label_top_k)}
+    assert list(rows) == ["pos", "neg", "other", "missing"]
+    assert rows["other"]["total"] == 31 and rows["missing"]["total"] == 24
     assert rows["neg"]["validation"] == strata["neg"]["validation"]
     # no duplicate or near duplicate crosses splits (the blocking check of the asset)
     assert check_split_leakage(Storage(str(tmp_path)), "splits", DedupSettings(), settings).ok

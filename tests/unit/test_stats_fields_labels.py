@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.stats.fields import MISSING, FieldPath, field_values
-from platform_assets.stats.labels import OTHER, OVERFLOW, LabelCounts
+from platform_assets.stats.labels import MISSING_BUCKET, OTHER, OVERFLOW, LabelCounts
 from platform_assets.stats.report import labels_markdown
 from platform_assets.stats.settings import StatisticsSettings
 
@@ -89,12 +89,12 @@ def test_label_counts_top_k_other_missing_per_split():
     assert rows == [
         {"label": "a", "train": 3, "validation": 2, "test": 0, "total": 5},
         {"label": "b", "train": 1, "validation": 2, "test": 0, "total": 3},
-        {"label": OTHER, "train": 2, "validation": 1, "test": 0, "total": 3},
-        {"label": MISSING, "train": 0, "validation": 1, "test": 1, "total": 2},
+        {"label": None, "bucket": OTHER.value, "train": 2, "validation": 1, "test": 0, "total": 3},
+        {"label": None, "bucket": MISSING_BUCKET.value, "train": 0, "validation": 1, "test": 1, "total": 2},
     ]
     assert sum(r["total"] for r in rows) == len(labels)
     md = labels_markdown(counts, 2)
-    assert "| label | train | validation | test | total |" in md and f"| {MISSING} | 0 | 1 | 1 | 2 |" in md
+    assert "| label | train | validation | test | total |" in md and "| _(no label)_ | 0 | 1 | 1 | 2 |" in md
     assert md.count("data:image/svg+xml;base64,") == 1 and not counts.truncated
     assert counts.to_dict(2)["distinct_labels"] == 4
 
@@ -107,5 +107,25 @@ def test_distinct_labels_are_capped_and_the_report_says_so():
     # sorted per batch: id0, id1, id2 counted by name (id0 twice), the rest together
     assert counts.counts["train"] == {"id0": 2, "id1": 1, "id2": 1, OVERFLOW: 2}
     assert counts.counts["test"] == {"id1": 1, OVERFLOW: 5}
+    assert counts.table_rows(10)[-1] == {"label": None, "bucket": OVERFLOW.value, "train": 2, "test": 5, "total": 7}
     assert counts.truncated and sum(r["total"] for r in counts.table_rows(10)) == 12
     assert "more than 3 distinct labels" in labels_markdown(counts, 10)
+
+
+def test_a_real_label_spelled_like_a_bucket_stays_apart_from_it():
+    """Documents labelled "<missing>", "<other>" or "(no label)" are labels; documents without one are not."""
+    counts = LabelCounts(FieldPath("label"), max_distinct=100)
+    labels = [MISSING, MISSING, None, "(no label)", "<other>", "a", "a", "a", "b"]
+    counts.add_batch(pa.record_batch({"label": pa.array(labels, pa.string())}), pa.array(["train"] * len(labels)))
+    rows = counts.table_rows(3)
+    assert rows == [
+        {"label": "a", "train": 3, "total": 3},
+        {"label": MISSING, "train": 2, "total": 2},
+        {"label": "(no label)", "train": 1, "total": 1},
+        {"label": None, "bucket": OTHER.value, "train": 2, "total": 2},  # "<other>" and "b"
+        {"label": None, "bucket": MISSING_BUCKET.value, "train": 1, "total": 1},
+    ]
+    assert counts.top(10) == ["a", MISSING, "(no label)", "<other>", "b"]
+    md = labels_markdown(counts, 3)
+    assert f"| {MISSING} | 2 | 2 |" in md and "| (no label) | 1 | 1 |" in md and "| _(no label)_ | 1 | 1 |" in md
+    assert json.loads(json.dumps(counts.to_dict(3)))["rows"] == rows

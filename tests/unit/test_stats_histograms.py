@@ -97,3 +97,20 @@ def test_markdown_shows_occupied_bins_a_chart_per_set_and_is_deterministic():
     assert md.count("](data:image/svg+xml;base64,") == 2
     assert md == histograms_markdown("document length (tokens)", {k: v.tokens for k, v in stats.items()})
     assert histograms_markdown("output", {}) == "**output**: no documents"
+
+
+def test_the_same_id_in_two_sources_is_two_documents():
+    """Ids are unique within a (split, source) set only: a document ends where id, split or source changes."""
+    edges = (0, 4, 16, 64)
+    batches = [
+        # y of web followed by y of chat, in one batch
+        _rows([("y", "train", "web", 3, 3), ("y", "train", "chat", 5, 5), ("x", "train", "chat", 10, 10)]),
+        # x of chat ends one batch, x of web opens the next; x of test/web after it
+        _rows([("x", "train", "web", 20, 20), ("x", "test", "web", 30, 30)]),
+    ]
+    for parts in (batches, pa.Table.from_batches(batches).combine_chunks().to_batches()):
+        stats = length_stats(parts, edges)
+        web, chat, test = stats[("train", "web")], stats[("train", "chat")], stats[("test", "web")]
+        assert web.tokens.documents == 2 and web.tokens.total == 3 + 20 and web.tokens.max == 20
+        assert chat.tokens.documents == 2 and chat.tokens.total == 5 + 10 and chat.tokens.max == 10
+        assert test.tokens.documents == 1 and test.tokens.total == 30
