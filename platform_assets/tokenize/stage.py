@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
-from platform_assets.parquet_parts import PartWriter, TableSink, TableSource, output_schema
+from platform_assets.parquet_parts import TableSink, TableSource, output_schema
 from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
 from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.lance_documents import LanceDocumentSets, set_dir
+from platform_assets.tokenize.set_writers import SetWriters
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 from platform_assets.tokenize.tokenizer_build import (
@@ -45,11 +47,6 @@ TRAIN_SPLIT = "train"
 # Salt of the id hash that picks training and sample documents. Not the split seed: with the same
 # hash, the smallest hashes would all be train documents (u < 0.98 is train).
 SAMPLE_SEED = 0x746F6B  # "tok"
-PENDING_BATCHES = 4
-"""Rows held back across all sets, in `io.batch_bytes` (256 MiB at the default 64 MiB); above it the
-largest pending set is written. Bounds memory whatever the number of sources (3 splits x 20 sources
-would otherwise hold 60 row groups), and follows the io budget (it was a fixed 256 MiB whatever
-batch size a user configured)."""
 
 
 # -- the tokenizer ------------------------------------------------------------------------------------
@@ -219,44 +216,6 @@ class TokenizeStageResult(StageResult):
                 "excluded": self.excluded, "tokenizer_sha256": self.tokenizer_sha256}
 
 
-class _SetWriters:
-    """One PartWriter per (split, source), fed through small per-set buffers so that each write is
-    a row group of a useful size rather than one batch's share of a set."""
-
-    def __init__(self, sink: TableSink, flush_rows: int, row_group_bytes: int):
-        """A set's pending rows are written as one row group once they reach `flush_rows` rows or
-        `row_group_bytes`; all sets together hold at most PENDING_BATCHES x `row_group_bytes`."""
-        self.sink, self.schema, self.flush_rows = sink, sink.schema, flush_rows
-        self.row_group_bytes = row_group_bytes
-        self.writers: dict[tuple[str, str], PartWriter] = {}
-        self.pending: dict[tuple[str, str], list[pa.RecordBatch]] = defaultdict(list)
-        self.pending_bytes: dict[tuple[str, str], int] = defaultdict(int)
-
-    def add(self, key: tuple[str, str], batch: pa.RecordBatch) -> None:
-        self.pending[key].append(batch)
-        self.pending_bytes[key] += batch.nbytes
-        rows = sum(b.num_rows for b in self.pending[key])
-        if rows >= self.flush_rows or self.pending_bytes[key] >= self.row_group_bytes:
-            self._flush(key)
-        while sum(self.pending_bytes.values()) > PENDING_BATCHES * self.row_group_bytes:
-            self._flush(max(self.pending_bytes, key=lambda k: (self.pending_bytes[k], k)))
-
-    def _flush(self, key: tuple[str, str]) -> None:
-        batches = self.pending.pop(key, [])
-        self.pending_bytes.pop(key, None)
-        if not batches:
-            return
-        if key not in self.writers:
-            split, source = key
-            self.writers[key] = self.sink.part_writer(self.schema, prefix=f"{split}/{source}/part")
-        self.writers[key].write(pa.Table.from_batches(batches, schema=self.schema))
-
-    def flush(self) -> None:
-        """Write what is still buffered (the sink closes the writers when it commits)."""
-        for key in sorted(self.pending):
-            self._flush(key)
-
-
 def _split_by_set(batch: pa.RecordBatch) -> list[tuple[tuple[str, str], pa.RecordBatch]]:
     """The rows of each (split, source) in `batch`, in their order; sets sorted."""
     if batch.num_rows == 0:
@@ -268,6 +227,21 @@ def _split_by_set(batch: pa.RecordBatch) -> list[tuple[tuple[str, str], pa.Recor
     if len(sets) == 1:
         return [(sets[0][0], batch)]
     return [(k, batch.filter(pc.equal(key, name))) for k, name in sets]
+
+
+def _write_sets(batch: pa.RecordBatch, per_set: dict[tuple[str, str], dict[str, int]], writers: SetWriters,
+                lance_sets: LanceDocumentSets | None) -> None:
+    """Each set's rows of an encoded batch to its writers, counted."""
+    for key, part in _split_by_set(batch):
+        counts = per_set[key]
+        counts["rows"] += part.num_rows
+        # all chunks of a document are in the batch that read it: distinct per batch adds up
+        counts["documents"] += pc.count_distinct(part.column("id")).as_py()
+        counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
+        counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
+        writers.add(key, part)
+        if lance_sets is not None:
+            lance_sets.add(key, part)
 
 
 def tokenize_outputs(
@@ -294,8 +268,8 @@ def tokenize_outputs(
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
-    with TableSink(storage, out_rel, encoder.schema, io) as sink:
-        writers = _SetWriters(sink, rows_per_batch, io.batch_bytes)
+    with TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
+            SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers:
         lance_sets = LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else None
         source = TableSource(storage, splits_rel, io)
         for batch in source.tracked_batches("tokenize", _with_modality(source, columns)):
@@ -303,19 +277,12 @@ def tokenize_outputs(
             if not batch.num_rows:
                 continue
             encoded = encoder.encode(batch)
+            del batch  # the input's text is not needed while the rows are written (a whole io batch of it)
             stats.merge(encoded.stats)
             if encoded.exclusions.num_rows:
                 excluded.append(encoded.exclusions)
-            for key, part in _split_by_set(encoded.batch):
-                counts = per_set[key]
-                counts["rows"] += part.num_rows
-                # all chunks of a document are in the batch that read it: distinct per batch adds up
-                counts["documents"] += pc.count_distinct(part.column("id")).as_py()
-                counts["tokens"] += pc.sum(part.column("num_tokens")).as_py() or 0
-                counts["loss_tokens"] += pc.sum(part.column("loss_tokens")).as_py() or 0
-                writers.add(key, part)
-                if lance_sets is not None:
-                    lance_sets.add(key, part)
+            _write_sets(encoded.batch, per_set, writers, lance_sets)
+            del encoded  # this batch's token rows are in the writers now: not kept while the next one is read
         writers.flush()
         lance_dirs = lance_sets.close() if lance_sets is not None else []
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
