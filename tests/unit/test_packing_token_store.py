@@ -2,6 +2,8 @@
 the same tokens and masks as the same set held in memory, reading touching pieces in one stretch;
 the pass holds a set in memory only under the cap, and the spill directory goes when packing ends."""
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -154,3 +156,6 @@ def test_sets_over_the_cap_spill_and_the_spill_directory_goes(tmp_path, monkeypa
     assert [where for kind, where in made if kind == "spilled"][0].startswith(str(spill / "packing-spill-"))
     assert not list(spill.iterdir())
     assert result.tokens_in == 1030 == sum(s.tokens for s in result.sets)
+    # where tokens wait is not the shards' business: index.json's packing settings do not name it
+    index = json.loads((root / "packed" / "flat" / "index.json").read_text())
+    assert "spill_dir" not in index["packing"] and index["packing"]["max_tokens_in_memory"] == 256 * 2**20
