@@ -147,6 +147,11 @@ def han_variant(text: str) -> str:
 
 
 _COMPOSITE = {"ja": "Jpan", "ko": "Kore"}  # ISO 15924's codes for Japanese and Korean mixed writing
+COMPOSITE_SCRIPTS: dict[str, frozenset[str]] = {
+    "Jpan": LANGUAGE_SCRIPTS["ja"], "Kore": LANGUAGE_SCRIPTS["ko"],
+}
+"""The scripts each composite script is made of (ISO 15924: Jpan = Han + Hiragana + Katakana, Kore =
+Hangul + Han), Han as any of its variants: an allow-list entry naming one matches the composite."""
 
 
 def reported_script(language: str, counts: Counter[str]) -> str | None:

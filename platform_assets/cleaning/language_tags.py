@@ -17,19 +17,27 @@ Allow-list entries (`language.allow`) are BCP-47 tags, `-` or `_` separated, any
   matches `nb` and `nn`, `zh` matches every Chinese text, `ar` matches `arz`, `kok` matches `gom`);
 - and, if it names a script, the text is in that script (`sr-Latn`: Latin letters). Han text is
   `Hans` or `Hant` when its characters say so (language_script.han_variant), `Hani` when it holds only
-  characters both forms share: such text is valid in either, so `zh-Hans` and `zh-Hant` both match it.
+  characters both forms share: such text is valid in either, so `zh-Hans` and `zh-Hant` both match it,
+  and `zh-Hani` matches all three. Japanese and Korean text is reported in the composite scripts
+  `Jpan` (Hani + Hira + Kana) and `Kore` (Hang + Hani), and an entry naming a part matches the whole:
+  `ja-Hira` and `ko-Hang` keep the model's ja / ko texts, which mix their scripts in every sentence.
 - A region (`pt-BR`, `zh-TW`) is accepted and ignored: the model tells languages apart, not regional
   varieties, so `pt-BR` keeps all Portuguese.
 An entry whose language the identifier never reports (`iu`, `xx`) is a configuration error, not an
-entry that silently matches nothing.
+entry that silently matches nothing. So is an entry the macrolanguage fold would widen (`arz`, `fuv`,
+`cmn`): the step reports Egyptian Arabic as `ar`, like every other Arabic, so `arz` would keep all
+Arabic; the error says to write `ar`. `cleaning_gates.language_shares` keys are read the same way
+(`NB` is `nb`, `zh_hans` is `zh-Hans`, `no` counts nb and nn documents).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import regex
+
+from platform_assets.cleaning.language_script import COMPOSITE_SCRIPTS
 
 # ISO 639-2/T and 639-3 codes of the languages with an ISO 639-1 code (Debian's iso-codes 4.x,
 # /usr/share/iso-codes/json/iso_639-3.json, `alpha_2`), and the 639-2/B codes that differ (iso_639-2.json)
@@ -106,11 +114,16 @@ NO_LINGUISTIC_CONTENT = "zxx"
 _TAG_RE = regex.compile(r"(?P<lang>[a-z]{2,3})(?:-(?P<script>[a-z]{4}))?(?:-(?P<region>[a-z]{2}|\d{3}))?")
 
 
+def same_language(code: str) -> str:
+    """The same language, spelled as reported: `deu` -> `de`, `iw` -> `he`; no macrolanguage fold."""
+    code = code.lower()
+    return DEPRECATED.get(code, ALPHA2.get(code, code))
+
+
 def canonical_language(code: str) -> str:
     """`deu` -> `de`, `iw` -> `he`, `FUV` -> `ff`, `cmn` -> `zh`; `nb` stays `nb`, `bcl` stays `bcl`
     (its macrolanguage, Bikol, has no ISO 639-1 code for users to name)."""
-    code = code.lower()
-    code = DEPRECATED.get(code, ALPHA2.get(code, code))
+    code = same_language(code)
     macro = MACROLANGUAGE_OF.get(code)
     if macro is not None and len(code) == 3 and len(macro) == 2:
         return macro
@@ -134,16 +147,68 @@ class LanguageTag:
     def __str__(self) -> str:
         return "-".join(x for x in (self.language, self.script, self.region) if x)
 
+    def covers(self, language: str, script: str | None) -> bool:
+        """Does this entry match a document reported as (`language`, `script`)?"""
+        return language_matches(self.language, language) and script_matches(self.script, script)
 
-def parse_tag(text: str) -> LanguageTag:
-    """Parse a `language[-Script][-Region]` tag (`-` or `_`, any case); ValueError with the reason."""
+
+def _match_tag(text: str) -> regex.Match[str]:
     match = _TAG_RE.fullmatch(text.strip().replace("_", "-").lower())
     if match is None:
         raise ValueError(f"{text!r} is not a language tag of the form language[-Script][-Region] "
                          "(e.g. 'de', 'pt-BR', 'zh-Hant', 'sr-Latn')")
+    return match
+
+
+def parse_tag(text: str) -> LanguageTag:
+    """Parse a `language[-Script][-Region]` tag (`-` or `_`, any case); ValueError with the reason."""
+    match = _match_tag(text)
     script = match["script"].title() if match["script"] else None
     region = match["region"].upper() if match["region"] else None
     return LanguageTag(canonical_language(match["lang"]), script, region)
+
+
+def configured_tags(entries: Iterable[str], what: str = "language tags") -> tuple[LanguageTag, ...]:
+    """Parse configured entries (`language.allow`, `language_shares` keys); ValueError naming each
+    one the fold would widen (see the module docstring) and each naming no reported language."""
+    entries = tuple(entries)
+    tags = tuple(parse_tag(e) for e in entries)
+    widened = []
+    for entry, tag in zip(entries, tags, strict=True):
+        written = same_language(_match_tag(entry)["lang"])
+        if written != tag.language:
+            widened.append(f"{entry.strip()} is identified as {tag.language} by the language-ID model; write "
+                           f"{LanguageTag(tag.language, tag.script, tag.region)}")
+    if widened:
+        raise ValueError(f"{what}: {'; '.join(widened)} (the model's labels of a macrolanguage's varieties "
+                         "are reported as the macrolanguage, so such an entry would match all of it)")
+    unknown = [entry for entry, tag in zip(entries, tags, strict=True)
+               if not any(language_matches(tag.language, r) for r in REPORTED_LANGUAGES)]
+    if unknown:
+        raise ValueError(
+            f"{what} {unknown} name no language the identifier reports (py3langid's 140 "
+            f"labels, reported as: {', '.join(sorted(REPORTED_LANGUAGES))})"
+        )
+    return tags
+
+
+def normalised_language_keys(values: Mapping[str, object], what: str) -> dict[str, object]:
+    """`values` keyed by the entries' reported form without region (`NB` -> `nb`, `zh_hans_CN` ->
+    `zh-Hans`), order kept; ValueError for a bad entry or two keys naming the same tag."""
+    out: dict[str, object] = {}
+    written: dict[str, str] = {}
+    for key, tag in zip(values, configured_tags(values, what), strict=True):
+        name = str(LanguageTag(tag.language, tag.script))
+        if name in out:
+            raise ValueError(f"{what}: {written[name]!r} and {key!r} are the same language tag ({name})")
+        out[name], written[name] = values[key], key
+    return out
+
+
+def tag_count(entry: str, counts: Mapping[tuple[str, str | None], int]) -> int:
+    """Documents per (lang, lang_script) summed over those `entry` covers (as an allow-list entry)."""
+    tag = parse_tag(entry)
+    return sum(n for (language, script), n in counts.items() if tag.covers(language, script))
 
 
 def language_matches(entry: str, reported: str) -> bool:
@@ -155,24 +220,20 @@ def script_matches(entry_script: str | None, reported_script: str | None) -> boo
     if entry_script is None or entry_script == reported_script:
         return True
     # Han text with no simplified- or traditional-only character is valid in both forms
-    return entry_script in ("Hans", "Hant") and reported_script == "Hani"
+    if entry_script in ("Hans", "Hant") and reported_script == "Hani":
+        return True
+    if entry_script == "Hani" and reported_script in ("Hans", "Hant"):
+        return True
+    # Japanese / Korean text is reported as its composite script: `ja-Hira`, `ko-Hang` name a part of it
+    return reported_script is not None and entry_script in COMPOSITE_SCRIPTS.get(reported_script, ())
 
 
 class AllowList:
-    """Parsed `language.allow` entries; raises ValueError naming each entry that can never match."""
+    """Parsed `language.allow` entries; raises ValueError naming each entry that can never match or
+    that the macrolanguage fold would widen."""
 
     def __init__(self, entries: Iterable[str]):
-        entries = tuple(entries)
-        self.tags = tuple(parse_tag(e) for e in entries)
-        unknown = [
-            entry for entry, tag in zip(entries, self.tags, strict=True)
-            if not any(language_matches(tag.language, r) for r in REPORTED_LANGUAGES)
-        ]
-        if unknown:
-            raise ValueError(
-                f"language tags {unknown} name no language the identifier reports (py3langid's 140 "
-                f"labels, reported as: {', '.join(sorted(REPORTED_LANGUAGES))})"
-            )
+        self.tags = configured_tags(entries)
         self._by_language: dict[str, list[LanguageTag]] = {}
         for reported in sorted(REPORTED_LANGUAGES):
             for tag in self.tags:
@@ -185,7 +246,7 @@ class AllowList:
         return any(t.script for t in self.tags)
 
     def allows(self, language: str, script: str | None) -> bool:
-        return any(script_matches(t.script, script) for t in self._by_language.get(language, ()))
+        return any(t.covers(language, script) for t in self._by_language.get(language, ()))
 
     def __str__(self) -> str:
         return ",".join(map(str, self.tags))

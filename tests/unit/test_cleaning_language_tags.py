@@ -73,9 +73,84 @@ def test_allow_list_matching_rules():
     assert not traditional.allows("ja", "Jpan")
     assert AllowList(["zh"]).allows("zh", "Hans") and AllowList(["zh"]).allows("zh", "Hant")
     assert AllowList(["pt-BR"]).allows("pt", "Latn")  # regions are ignored: the model has none
-    assert AllowList(["fuv"]).allows("ff", "Latn") and AllowList(["ff"]).allows("ff", "Latn")
+    assert AllowList(["ff"]).allows("ff", "Latn") and AllowList(["ar"]).allows("ar", "Arab")
     assert AllowList(["sr-Latn"]).allows("sr", "Latn") and not AllowList(["sr-Latn"]).allows("sr", "Cyrl")
     assert AllowList(["kok"]).allows("gom", "Deva")  # a macrolanguage without a 639-1 code
+
+
+def test_scripts_within_japanese_and_korean_writing_match_it():
+    """py3langid labels ja / ko; their texts are reported in the composite scripts Jpan (Hani + Hira +
+    Kana) and Kore (Hang + Hani): an entry naming one of the parts keeps them."""
+    for entry in ("ko-Hang", "ko-Kore", "ko-Hani", "KO_hang_KR"):
+        assert AllowList([entry]).allows("ko", "Kore"), entry
+    for entry in ("ja-Hira", "ja-Kana", "ja-Jpan", "ja-Hani"):
+        assert AllowList([entry]).allows("ja", "Jpan"), entry
+    assert not AllowList(["ko-Hang"]).allows("ja", "Jpan") and not AllowList(["ja-Hira"]).allows("ko", "Kore")
+    assert not AllowList(["ko-Hang"]).allows("ko", "Latn")  # romanised Korean is not in Hangul
+    assert not AllowList(["ja-Hira"]).allows("zh", "Hani") and not AllowList(["ko-Hang"]).allows("zh", "Hans")
+    assert AllowList(["zh-Hani"]).allows("zh", "Hans") and AllowList(["zh-Hani"]).allows("zh", "Hant")
+
+
+def test_japanese_and_korean_script_entries_through_the_step():
+    texts = ["디렉터리의 내용을 나열하고 결과를 표준 출력에 씁니다.",
+             "ディレクトリの内容を一覧表示して、結果を標準出力に書き出す。", SIMPLIFIED]
+    r = step_over(LanguageSettings(allow=("ko-Hang", "ja-Hira")), texts)
+    assert r.kept.column("lang").to_pylist() == ["ko", "ja"]
+    assert r.kept.column("lang_script").to_pylist() == ["Kore", "Jpan"]
+    assert [row["id"] for row in r.exclusions.to_pylist()] == ["d2"]
+
+
+@pytest.mark.parametrize(("entry", "model_says"), [
+    ("arz", "ar"), ("ary", "ar"), ("arb", "ar"), ("fuv", "ff"), ("cmn", "zh"), ("yue", "zh"), ("sdh", "ku"),
+    ("gug", "gn"), ("uzs", "uz"), ("ltg", "lv"), ("zsm", "ms"), ("ARZ_Arab", "ar"),
+])
+def test_an_entry_the_macrolanguage_fold_would_widen_is_refused(entry, model_says):
+    with pytest.raises(ValidationError) as err:
+        LanguageSettings(allow=("en", entry))
+    assert f"{entry} is identified as {model_says} by the language-ID model; write {model_says}" in str(err.value)
+
+
+def test_entries_that_name_the_same_language_are_not_widened():
+    # 639-2/3 spellings of a 639-1 language, deprecated subtags and individual languages without a
+    # macrolanguage code users could write stay allowed
+    for entry, language in (("deu", "de"), ("nob", "nb"), ("nb", "nb"), ("iw", "he"), ("gom", "gom"),
+                            ("kok", "kok"), ("no", "no"), ("bs", "bs"), ("ar", "ar"), ("zh-Hant", "zh")):
+        assert AllowList([entry]).tags[0].language == language
+
+
+@pytest.mark.parametrize(("key", "normalised"), [
+    ("NB", "nb"), ("no", "no"), ("zh_hans", "zh-Hans"), ("ZH-Hant-TW", "zh-Hant"), ("deu", "de"),
+    ("pt-BR", "pt"), ("iw", "he"), ("ko-Hang", "ko-Hang"),
+])
+def test_share_keys_are_normalised_like_the_allow_list(key, normalised):
+    from platform_assets.config import CleaningGates
+
+    assert list(CleaningGates(language_shares={key: (0.1, 0.9)}).language_shares) == [normalised]
+
+
+@pytest.mark.parametrize(("shares", "message"), [
+    ({"xx": (0, 1)}, "name no language the identifier reports"),
+    ({"arz": (0, 1)}, "arz is identified as ar by the language-ID model; write ar"),
+    ({"nb": (0, 1), "NB": (0.5, 1)}, "'nb' and 'NB' are the same language tag"),
+    ({"en": (0.8, 0.2)}, "min 0.8 is above max 0.2"),
+    ({"en": (-0.1, 1.0)}, "shares are between 0 and 1"),
+])
+def test_bad_share_keys_and_bounds_are_configuration_errors(shares, message):
+    from platform_assets.config import CleaningGates
+
+    with pytest.raises(ValidationError) as err:
+        CleaningGates(language_shares=shares)
+    assert message in str(err.value)
+
+
+def test_share_key_counts_every_language_and_script_it_covers():
+    from platform_assets.cleaning.language_tags import tag_count
+
+    counts = {("nb", "Latn"): 5, ("nn", "Latn"): 2, ("zh", "Hans"): 3, ("zh", "Hani"): 1, ("zh", "Hant"): 4,
+              ("ko", "Kore"): 6, ("da", "Latn"): 9}
+    assert tag_count("no", counts) == 7 and tag_count("nb", counts) == 5 and tag_count("nn", counts) == 2
+    assert tag_count("zh", counts) == 8 and tag_count("zh-Hans", counts) == 4 and tag_count("zh-Hant", counts) == 5
+    assert tag_count("ko-Hang", counts) == 6 and tag_count("sv", counts) == 0
 
 
 @pytest.mark.parametrize("bad", [["xx"], ["iu"], ["en", "und"], ["en-US-x-private"], ["english"], [""]])
