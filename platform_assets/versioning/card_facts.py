@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 
 from platform_assets.cleaning.pipeline import STEP_BUILDERS
+from platform_assets.cleaning.recipes import apply_gates, resolve_recipe
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.contracts import EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB, QUARANTINE_FILE, SHARD_INDEX_FILE
 from platform_assets.dedup.settings import DedupSettings
@@ -106,6 +107,28 @@ class MediaFacts:
     formats: tuple[FormatFacts, ...]
 
 
+class RemovalGates(Protocol):
+    """config.CleaningGates, as far as the card reads it (not imported: config imports versioning)."""
+
+    max_removal_rate: float
+    max_rule_removal_rate: float
+    rule_bounds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RecipeFacts:
+    """A cleaning recipe as its sources were cleaned: resolved steps and presets, effective bounds."""
+
+    name: str
+    sources: tuple[str, ...]
+    steps: tuple[str, ...]
+    quality_presets: tuple[str, ...]
+    max_removal_rate: float | None
+    """The share of a source's documents cleaning may remove; None: the global gates were not given."""
+    max_rule_removal_rate: float | None
+    rule_bounds: tuple[tuple[str, float], ...]
+
+
 @dataclass(frozen=True)
 class CardFacts:
     md5: str
@@ -135,6 +158,8 @@ class CardFacts:
     packing: PackingFacts
     formats: tuple[FormatFacts, ...]
     media: MediaFacts | None
+    recipes: tuple[RecipeFacts, ...] = ()
+    """One per recipe the sources name, in the order of their first source."""
 
 
 # -- reading outputs ----------------------------------------------------------------------------------
@@ -233,11 +258,33 @@ def preset_labels(cleaning: CleaningSettings) -> tuple[str, ...]:
     return tuple(labels)
 
 
+def recipe_facts(sources: Sequence[SourceConfigType], cleaning: CleaningSettings,
+                 gates: RemovalGates | None) -> tuple[RecipeFacts, ...]:
+    """Each recipe the sources name (`recipe:`, else `cleaning.default_recipe`) with its sources; its
+    bounds are `gates` with the recipe's own in their place (recipes.apply_gates, as the checks use)."""
+    by_recipe: dict[str, list[str]] = {}
+    for src in sources:
+        by_recipe.setdefault(getattr(src, "recipe", None) or cleaning.default_recipe, []).append(src.name)
+    out = []
+    for name, names in by_recipe.items():
+        recipe = resolve_recipe(cleaning, name)
+        if gates is not None:
+            bounds: Any = apply_gates(gates, recipe.gates)  # type: ignore[type-var]
+            total, per_rule, rules = bounds.max_removal_rate, bounds.max_rule_removal_rate, bounds.rule_bounds
+        else:
+            g = recipe.gates
+            total, per_rule, rules = g.max_removal_rate, g.max_rule_removal_rate, g.rule_bounds
+        out.append(RecipeFacts(name, tuple(names), enabled_steps(recipe.settings), preset_labels(recipe.settings),
+                               total, per_rule, tuple(sorted(rules.items()))))
+    return tuple(out)
+
+
 # -- the facts ----------------------------------------------------------------------------------------
 def gather_card_facts(storage: Storage, record: Mapping[str, Any], *, sources: Sequence[SourceConfigType],
                       cleaning: CleaningSettings, dedup: DedupSettings, splits: SplitSettings, card_dir: str,
-                      leak_check: LeakCheck | None = None) -> CardFacts:
-    """Everything the card states about the version in `record` (record.version_record's dict)."""
+                      leak_check: LeakCheck | None = None, gates: RemovalGates | None = None) -> CardFacts:
+    """Everything the card states about the version in `record` (record.version_record's dict).
+    `gates`: the config's `cleaning_gates`, for each recipe's effective removal bounds."""
     shards_rel = asset_dir("packed_shards")
     split_rel, dedup_rel = asset_dir("dataset_splits"), asset_dir("deduplicated_documents")
     grouped = _grouped(storage, split_rel, PART_GLOB, ["source", "split", "lang", "license"])
@@ -289,5 +336,6 @@ def gather_card_facts(storage: Storage, record: Mapping[str, Any], *, sources: S
             str(index.get("token_dtype", "")), bool(index.get("has_loss_mask", False))),
         formats=formats,
         media=_media(storage, media_record if isinstance(media_record, Mapping) else None),
+        recipes=recipe_facts(sources, cleaning, gates),
     )
 

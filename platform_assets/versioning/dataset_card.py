@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import yaml
 
-from platform_assets.versioning.card_facts import CardFacts, FormatFacts
+from platform_assets.versioning.card_facts import CardFacts, FormatFacts, RecipeFacts
 
 CARD_FILE = "README.md"
 
@@ -159,11 +159,35 @@ def _sources(f: CardFacts) -> list[str]:
 def _cleaning(f: CardFacts) -> list[str]:
     raw, cleaned = sum(s.raw for s in f.sources), sum(s.cleaned for s in f.sources)
     return ["## Cleaning", "",
-            f"Steps, in run order: {', '.join(f.cleaning_steps) or 'none'}. "
+            f"Global `cleaning:` block: steps, in run order: {', '.join(f.cleaning_steps) or 'none'}. "
             f"Quality presets: {', '.join(f.quality_presets) or 'none'}.",
             "", f"Funnel: {_n(raw)} documents in, {_n(raw - cleaned)} removed, {_n(cleaned)} out "
                 "(`_exclusions.parquet` of each source holds every removal with its value).", "",
-            *_table(("rule", "removed"), f.cleaning_removed)]
+            *_table(("rule", "removed"), f.cleaning_removed), *_recipes(f)]
+
+
+def _recipes(f: CardFacts) -> list[str]:
+    """Each source's recipe: its steps as changes to the global block, its presets, its removal bounds."""
+    if not f.recipes:
+        return []
+    rows = []
+    for r in f.recipes:
+        added = [s for s in r.steps if s not in f.cleaning_steps]
+        dropped = [s for s in f.cleaning_steps if s not in r.steps]
+        steps = ", ".join([*(f"+{s}" for s in added), *(f"-{s}" for s in dropped)]) or "as the global block"
+        rows.append((r.name, ", ".join(r.sources), steps, ", ".join(r.quality_presets) or "none", _bounds(r)))
+    return ["", "Sources are cleaned with their recipe (`recipe:` of the source; the steps are the global "
+                "`cleaning:` block's, changed as shown). Removal bounds: the share of a source cleaning may remove "
+                "in all, per rule group, and per named rule.", "",
+            *_table(("recipe", "sources", "steps", "quality presets", "removal bounds"), rows)]
+
+
+def _bounds(r: RecipeFacts) -> str:
+    def pct(x: float | None) -> str:
+        return "global" if x is None else f"{x:.0%}"
+
+    named = ", ".join(f"{rule} {pct(v)}" for rule, v in r.rule_bounds)
+    return f"all {pct(r.max_removal_rate)}, per rule {pct(r.max_rule_removal_rate)}" + (f"; {named}" if named else "")
 
 
 def _dedup(f: CardFacts) -> list[str]:

@@ -46,9 +46,13 @@ SPLIT_DOCS = [("web", "en", "MIT", "train"), ("web", "en", "MIT", "train"), ("we
 def _config(tmp_path: Path) -> PipelineConfig:
     return parse_config({"sources": [
         {"name": "web", "format": "jsonl", "path": "web", "license": "MIT"},
-        {"name": "forum", "format": "csv", "path": "forum.csv", "license": "GPL-2.0-or-later OR CC-BY-SA-3.0"},
-        {"name": "scans", "format": "folder", "path": "scans", "media": ["image"]},
-    ], "cleaning": {"quality": [{"preset": "gopher_quality"}, {"preset": "c4", "filter_curly_bracket": False}]},
+        {"name": "forum", "format": "csv", "path": "forum.csv", "license": "GPL-2.0-or-later OR CC-BY-SA-3.0",
+         "recipe": "docs"},
+        {"name": "scans", "format": "folder", "path": "scans", "media": ["image"], "recipe": "captions"},
+    ], "cleaning": {"quality": [{"preset": "gopher_quality"}, {"preset": "c4", "filter_curly_bracket": False}],
+                    "recipes": {"captions": {"base": "sft", "overrides": {"blocklist": {"enabled": False}},
+                                             "gates": {"rule_bounds": {"language": 0.2}}}}},
+        "cleaning_gates": {"max_rule_removal_rate": 0.5, "rule_bounds": {"c4": 0.7}},
         "splits": {"seed": 7, "ratios": {"train": 0.8, "validation": 0.1, "test": 0.1}}}, tmp_path)
 
 
@@ -112,7 +116,7 @@ def _facts(tmp_path: Path, name: str = "project", leak: LeakCheck | None = PASSE
     cfg = _config(tmp_path)
     return gather_card_facts(_outputs(tmp_path / name), RECORD, sources=cfg.sources, cleaning=cfg.cleaning,
                              dedup=cfg.dedup, splits=cfg.splits, card_dir=f"{REPO_REL}/dataset_version/_all",
-                             leak_check=leak)
+                             leak_check=leak, gates=cfg.cleaning_gates)
 
 
 @pytest.fixture
@@ -170,6 +174,29 @@ def test_body_states_sources_recipe_and_version(facts):
     assert f"sequences of 16 tokens (overlong documents: `split`): {facts.packing.sequences} sequences" in card
     assert 'dtype="<u2"' in card and "shape=(shard[\"samples\"], 16)" in card
     assert "/somewhere" not in card  # absolute paths of the machine that built it stay out
+
+
+def test_each_source_s_recipe_is_stated_with_its_steps_and_bounds(facts):
+    """Sources name their own cleaning recipe: the card says which, what it runs and its removal bounds."""
+    recipes = {r.name: r for r in facts.recipes}
+    assert [(r.name, r.sources) for r in facts.recipes] == [("web", ("web",)), ("docs", ("forum",)),
+                                                            ("captions", ("scans",))]
+    web, docs, captions = recipes["web"], recipes["docs"], recipes["captions"]
+    assert web.steps == facts.cleaning_steps and web.quality_presets == facts.quality_presets
+    assert docs.quality_presets == ("gopher_repetition", "gopher_quality") and docs.steps == web.steps
+    # captions: sft's conversation checks instead of the quality presets, no blocklist
+    assert "conversation" in captions.steps and not {"quality", "blocklist"} & set(captions.steps)
+    assert captions.quality_presets == ()
+    # effective bounds: the global gates with each recipe's own in their place (sft: 0.5 in all)
+    assert (web.max_removal_rate, web.max_rule_removal_rate, web.rule_bounds) == (0.9, 0.5, (("c4", 0.7),))
+    assert (captions.max_removal_rate, captions.rule_bounds) == (0.5, (("c4", 0.7), ("language", 0.2)))
+    card = render_dataset_card(facts)
+    assert "| web | web | as the global block | gopher_quality, c4 (filter_curly_bracket: False) " \
+           "| all 90%, per rule 50%; c4 70% |" in card
+    assert "| docs | forum | as the global block | gopher_repetition, gopher_quality | all 90%, per rule 50%; " \
+           "c4 70% |" in card
+    assert "| captions | scans | +conversation, -quality, -blocklist | none | all 50%, per rule 50%; c4 70%, " \
+           "language 20% |" in card
 
 
 def test_same_outputs_anywhere_give_the_same_bytes(tmp_path):
