@@ -11,16 +11,26 @@ Two Rust tokenizers are kept. Chat templates write control tokens as text (`<|im
 template path matches special tokens in text; document text is encoded with
 `encode_special_tokens=True`, so a web page or source file that contains `<|endoftext|>` (tokenizer
 code does) gets ordinary tokens for it, never a real EOS in the middle of a document.
+
+Templates that read the clock (Llama 3.1 / 3.2 instruct: "Today Date: <date>" from
+`strftime_now("%d %b %Y")` unless `date_string` is passed) would make the tokens depend on the day the
+stage runs. The artifact carries a fixed date (`tokenizer.chat_template_date`, recorded as
+`template_date`): `date_string` is passed to every rendering, and a template that calls `strftime_now`
+anyway is rendered with a `strftime_now` macro bound to that date (`rendering_template`). The saved
+`chat_template` stays the template as given, for transformers users.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import regex
 from tokenizers import Tokenizer
 
 from platform_assets.storage import Storage
@@ -34,6 +44,37 @@ ChatML template (and where another template writes tokens the vocabulary has), b
 REQUIRED_ROLES = ("eos", "pad")
 # transformers' names for the roles it knows: chat templates read them as `{{ eos_token }}` etc.
 TEMPLATE_VARIABLES = {"eos": "eos_token", "pad": "pad_token", "bos": "bos_token", "unk": "unk_token"}
+DEFAULT_TEMPLATE_DATE = dt.date(2024, 7, 26)
+"""The day clock-reading templates render: "26 Jul 2024", the date transformers' own Llama 3.1 template
+tests pass as `date_string` (any fixed day would do; this one matches those renderings)."""
+DATE_STRING_FORMAT = "%d %b %Y"  # Llama 3.1 / 3.2's `strftime_now("%d %b %Y")`
+_STRFTIME_CALL_RE = regex.compile(r"""\bstrftime_now\s*\(\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\)""")
+_FIXED_DATES_VARIABLE = "fixed_clock_dates"
+# Shadows transformers' strftime_now global (a template-level macro wins over a global): the day's
+# rendering of each format the template writes, or a template error for a format it computes.
+_FIXED_CLOCK_PRELUDE = (
+    "{%- macro strftime_now(format) -%}"
+    f"{{%- if format in {_FIXED_DATES_VARIABLE} -%}}{{{{- {_FIXED_DATES_VARIABLE}[format] -}}}}"
+    "{%- else -%}{{- raise_exception('strftime_now(' ~ format ~ '): only a format written as a literal "
+    "in the template can be rendered with the fixed tokenizer.chat_template_date') -}}{%- endif -%}"
+    "{%- endmacro -%}"
+)
+# English names, not the C library's locale: the same bytes on every machine
+_NAMES = {
+    "%a": ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"),
+    "%A": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
+    "%b": ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+    "%B": ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December"),
+}
+
+
+def format_date(day: dt.date, fmt: str) -> str:
+    """`day.strftime(fmt)` with English day and month names whatever the process locale (time of day: 0:00)."""
+    fixed = {"%%": "%", "%a": _NAMES["%a"][day.weekday()], "%A": _NAMES["%A"][day.weekday()],
+             "%b": _NAMES["%b"][day.month - 1], "%B": _NAMES["%B"][day.month - 1]}
+    midnight = dt.datetime(day.year, day.month, day.day)
+    return "".join(fixed[p] if p in fixed else midnight.strftime(p) for p in regex.split(r"(%%|%[aAbB])", fmt))
 
 
 @dataclass
@@ -49,6 +90,8 @@ class TokenizerArtifact:
     """sha256 of tokenizer.json as saved; empty until saved or loaded."""
     info: dict[str, Any] = field(default_factory=dict)
     """Provenance recorded at build time (source, algorithm, training documents and bytes)."""
+    template_date: dt.date = DEFAULT_TEMPLATE_DATE
+    """The day templates that read the clock render (`tokenizer.chat_template_date`)."""
 
     def __post_init__(self) -> None:
         missing = [r for r in REQUIRED_ROLES if r not in self.special_tokens]
@@ -92,9 +135,26 @@ class TokenizerArtifact:
         """Ids run 0..vocab_size-1 (added tokens included): what an embedding table needs."""
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def template_variables(self) -> dict[str, str]:
-        """What transformers passes to a chat template besides the messages (its special_tokens_map)."""
-        return {TEMPLATE_VARIABLES[r]: t for r, t in self.special_tokens.items() if r in TEMPLATE_VARIABLES}
+    def template_variables(self) -> dict[str, Any]:
+        """What transformers passes to a chat template besides the messages (its special_tokens_map),
+        plus `date_string` (the fixed day, as Llama 3.1 writes it) and, for a template that calls
+        `strftime_now`, the day's rendering of each format it writes (see `rendering_template`)."""
+        variables: dict[str, Any] = {TEMPLATE_VARIABLES[r]: t for r, t in self.special_tokens.items()
+                                     if r in TEMPLATE_VARIABLES}
+        variables["date_string"] = format_date(self.template_date, DATE_STRING_FORMAT)
+        formats = sorted({a or b for a, b in _STRFTIME_CALL_RE.findall(self.chat_template)})
+        if "strftime_now" in self.chat_template:
+            variables[_FIXED_DATES_VARIABLE] = {f: format_date(self.template_date, f) for f in formats}
+        return variables
+
+    @cached_property
+    def rendering_template(self) -> str:
+        """The template to render with (`template_variables()`): `chat_template`, behind a `strftime_now`
+        bound to `template_date` when it calls one. It renders no text of its own, so outputs and
+        generation spans are those of `chat_template` on that day."""
+        if "strftime_now" not in self.chat_template:
+            return self.chat_template
+        return _FIXED_CLOCK_PRELUDE + self.chat_template
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +167,7 @@ class TokenizerArtifact:
             "chat_template": self.chat_template,
             "tokenizer_sha256": self.tokenizer_sha256,
             "info": self.info,
+            "template_date": self.template_date.isoformat(),
         }
 
     @classmethod
@@ -127,6 +188,8 @@ class TokenizerArtifact:
             add_eos=bool(artifact_json["add_eos"]),
             tokenizer_sha256=sha,
             info=dict(artifact_json.get("info", {})),
+            # absent: written before the setting existed, when templates were given no date_string
+            template_date=dt.date.fromisoformat(artifact_json.get("template_date", DEFAULT_TEMPLATE_DATE.isoformat())),
         )
         for role, v in artifact_json["special_tokens"].items():
             if art.special_ids[role] != v["id"]:
