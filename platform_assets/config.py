@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from platform_assets.cleaning.language_tags import normalised_language_keys
 from platform_assets.cleaning.recipes import Recipe, recipe_names, resolve_recipe
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
@@ -88,7 +89,20 @@ class CleaningGates(StrictModel):
     rule_bounds: dict[str, Annotated[float, Field(ge=0, le=1)]] = {}
     """Per rule group or full rule name (`language`, `c4.curly_bracket`): overrides the default."""
     language_shares: dict[str, tuple[float, float]] = {}
-    """Expected (min, max) share of kept documents per language code, e.g. `en: [0.5, 1.0]`."""
+    """Expected (min, max) share of kept documents per language, e.g. `en: [0.5, 1.0]`. Keys are
+    BCP-47 tags read like `cleaning.language.allow` entries (language_tags.py): `NB` is `nb`, `no`
+    counts nb and nn, `zh-Hans` the simplified Chinese (and shared-character) documents; a language
+    with no kept document has share 0."""
+
+    @field_validator("language_shares")
+    @classmethod
+    def _shares_by_reported_tag(cls, shares: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for key, (lo, hi) in shares.items():
+            if not (0 <= lo <= 1 and 0 <= hi <= 1):
+                raise ValueError(f"language_shares.{key}: shares are between 0 and 1, got [{lo}, {hi}]")
+            if lo > hi:
+                raise ValueError(f"language_shares.{key}: min {lo} is above max {hi}")
+        return normalised_language_keys(shares, "cleaning_gates.language_shares")  # type: ignore[return-value]
 
 
 class PipelineConfig(StrictModel):

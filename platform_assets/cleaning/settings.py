@@ -176,9 +176,11 @@ class LanguageSettings(StrictModel):
     allow: tuple[str, ...] | None = None
     """Keep only these languages, as BCP-47 tags: `de`, `deu`, `pt-BR` (regions are ignored: the model
     tells languages apart, not regional varieties), `no` (matches `nb` and `nn`), `zh` (any script),
-    `zh-Hant` / `zh-Hans` (that script, or Han text both share), `sr-Latn`, `fuv` (read as its
-    macrolanguage `ff`). Rules: platform_assets/cleaning/language_tags.py. A tag naming no language
-    the identifier reports is a configuration error. None keeps every language."""
+    `zh-Hant` / `zh-Hans` (that script, or Han text both share), `sr-Latn`, `ko-Hang` / `ja-Hira`
+    (a part of Korean / Japanese writing: matches their texts). Rules:
+    platform_assets/cleaning/language_tags.py. A configuration error: a tag naming no language the
+    identifier reports, and a variety it reports as its macrolanguage (`arz`, `fuv`, `cmn`: the error
+    says to write `ar`, `ff`, `zh`, which is what such an entry would match). None keeps every language."""
     # py3langid's probabilities are softmax-normalised with a temperature of sqrt(bytes), unlike
     # fastText's. On the 3,200 man-page paragraphs (mean 200 chars): 99.4% accuracy overall; 0.5 keeps
     # 98.8% of them at 99.84% accuracy, 0.65 (FineWeb's fastText number) keeps 98.2%.

@@ -193,7 +193,7 @@ class DocumentEncoder:
                 drops[row] = (parsed.rule, parsed.value)
                 continue
             try:
-                rendered = render_chat(self.artifact.chat_template, parsed, self._template_vars,
+                rendered = render_chat(self.artifact.rendering_template, parsed, self._template_vars,
                                        self.artifact.control_tokens)
             except TurnsNotMaskable as err:
                 drops[row] = (TokenizeRule.CHAT_TURNS_NOT_MASKABLE, str(err))

@@ -8,6 +8,7 @@ to do with long documents and how big the batches are.
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Annotated, Literal
 
@@ -102,6 +103,11 @@ class TokenizerSettings(StrictModel):
     What the loss counts: a template's `{% generation %}` blocks when it has them; otherwise each
     assistant turn is found by rendering the conversation's prefixes (chat_turn_spans.py), and a
     template whose turns cannot be found exactly that way is refused when the tokenizer is built."""
+    chat_template_date: datetime.date = datetime.date(2024, 7, 26)
+    """The day a chat template that reads the clock renders (Llama 3.1/3.2 instruct: "Today Date: 26
+    Jul 2024"): passed as `date_string`, and `strftime_now` is bound to it, so the tokens never depend
+    on the day the stage runs. Recorded in tokenizer_artifact.json (`template_date`). The default is the
+    date transformers' own Llama 3.1 template tests pass."""
     add_bos: bool = False
     """Prepend BOS to every document (needs a bos token). Not for a chat document whose rendering
     already starts with it (templates that write `{{ bos_token }}` themselves)."""

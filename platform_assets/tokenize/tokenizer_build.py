@@ -180,7 +180,8 @@ def make_artifact(tokenizer: Tokenizer, settings: TokenizerSettings, declared: d
     if chosen.origin != "chatml":  # absent: ChatML, as in artifacts built before templates could be chosen
         info["chat_template"] = chosen.origin
         info["loss_mask"] = "generation_blocks" if marks_generation(chosen.text) else "rendered_prefixes"
-    artifact = TokenizerArtifact(tokenizer, roles, chosen.text, settings.add_bos, settings.add_eos, info=info)
+    artifact = TokenizerArtifact(tokenizer, roles, chosen.text, settings.add_bos, settings.add_eos, info=info,
+                                 template_date=settings.chat_template_date)
     _refuse_unmaskable(artifact, chosen)
     return artifact
 
@@ -190,7 +191,8 @@ def _refuse_unmaskable(artifact: TokenizerArtifact, chosen: ChosenTemplate) -> N
     if marks_generation(chosen.text):
         return
     try:
-        render_chat(chosen.text, _PROBE_CONVERSATION, artifact.template_variables(), artifact.control_tokens)
+        render_chat(artifact.rendering_template, _PROBE_CONVERSATION, artifact.template_variables(),
+                    artifact.control_tokens)
     except TurnsNotMaskable as err:
         raise ValueError(
             f"tokenizer.chat_template ({chosen.origin}) has no {{% generation %}} blocks and its assistant turns "
@@ -293,7 +295,7 @@ def special_token_problems(artifact: TokenizerArtifact) -> list[str]:
         if others:
             problems.append(f"{role} shares id {tid} with {', '.join(others)}")
     try:
-        rendered = render_chat(artifact.chat_template, _PROBE_CONVERSATION, artifact.template_variables(),
+        rendered = render_chat(artifact.rendering_template, _PROBE_CONVERSATION, artifact.template_variables(),
                                artifact.control_tokens)
         if not any(flag for _, flag in rendered.segments):
             problems.append("the chat template marks no assistant text as generated (no loss would count)")

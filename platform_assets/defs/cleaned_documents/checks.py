@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import message_contents
-from platform_assets.cleaning.language_tags import AllowList
+from platform_assets.cleaning.language_tags import AllowList, tag_count
 from platform_assets.cleaning.license_gate import license_violations
 from platform_assets.cleaning.pii import Redactor
 from platform_assets.cleaning.pipeline import Funnel
@@ -152,7 +152,8 @@ def language_problems(storage: Storage, rel: str, cfg: PipelineConfig,
         if outside:
             problems.append(f"languages outside the allow-list: {outside}")
     for lang, (lo, hi) in cfg.cleaning_gates.language_shares.items():
-        share = shares.get(lang, 0) / total if total else 0.0
+        # keys are tags like allow-list entries (`no`: nb and nn; `zh-Hans`: a script); none kept: 0
+        share = tag_count(lang, tags) / total if total else 0.0
         if not lo <= share <= hi:
             problems.append(f"{lang}: {share:.1%} of kept documents, expected {lo:.0%}-{hi:.0%}")
     return problems, dict(shares.most_common())

@@ -77,7 +77,7 @@ def dataset_version(context: dg.AssetExecutionContext, pipeline: PipelineResourc
                             media)
     facts = gather_card_facts(storage, record, sources=cfg.sources, cleaning=cfg.cleaning, dedup=cfg.dedup,
                               splits=cfg.splits, card_dir=repo.relative(Path(cfg.storage_root) / ctx.rel),
-                              leak_check=latest_leak_check(context.instance))
+                              leak_check=latest_leak_check(context.instance), gates=cfg.cleaning_gates)
     card = render_dataset_card(facts)
     # version.json and its card are committed as one directory: written one after the other, a kill
     # between the two left a card describing the previous version beside the new version.json
