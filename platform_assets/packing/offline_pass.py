@@ -86,11 +86,12 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
                     continue
                 s, h = survey.sets[i], held[i]
                 d0, d1 = h.next_doc, h.next_doc + rows.size
-                take = pa.array(rows)
-                flat, flat_mask = flatten(batch.column("input_ids").take(take),
-                                           batch.column("loss_mask").take(take) if has_mask else None,
-                                           s.lengths[d0:d1], s.loss_tokens[d0:d1], vocab_size,
-                                           lambda j, s=s, d0=d0: describe(s, d0 + j))
+                ids, masks = batch.column("input_ids"), batch.column("loss_mask") if has_mask else None
+                if rows.size < batch.num_rows:  # a batch of one set (a part per set) is used as it is, not copied
+                    take = pa.array(rows)
+                    ids, masks = ids.take(take), masks.take(take) if masks is not None else None
+                flat, flat_mask = flatten(ids, masks, s.lengths[d0:d1], s.loss_tokens[d0:d1], vocab_size,
+                                          lambda j, s=s, d0=d0: describe(s, d0 + j))
                 h.store.put(int(h.starts[d0]), flat, flat_mask)
                 h.next_doc = d1
             row += batch.num_rows
