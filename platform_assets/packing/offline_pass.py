@@ -78,7 +78,9 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
         if not np.isin(survey.row_set[row : row + part_rows], members).any():
             row += part_rows
             continue
-        for batch in read_batches(storage, part, columns, batch_rows):
+        # one row group at a time on local storage: pre-buffering fetches the token column chunks of the
+        # whole part (up to io.part_max_bytes: 512 MiB) before the first batch
+        for batch in read_batches(storage, part, columns, batch_rows, pre_buffer=not storage.is_local):
             in_batch = survey.row_set[row : row + batch.num_rows]
             for i in members:
                 rows = np.flatnonzero(in_batch == i)

@@ -96,7 +96,8 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
     ]
     columns = ["id", "chunk", "input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
-    for batch in tracked_batches(read_batches(storage, rel, columns, batch_rows), "pack", len(survey.row_set), "rows"):
+    batches = read_batches(storage, rel, columns, batch_rows, pre_buffer=not storage.is_local)  # as offline_pass
+    for batch in tracked_batches(batches, "pack", len(survey.row_set), "rows"):
         in_batch = survey.row_set[row : row + batch.num_rows]
         for i in np.unique(in_batch).tolist():
             st = states[i]

@@ -367,9 +367,9 @@ def test_parts_per_set_layout_packs_the_same_and_each_pass_reads_its_own_parts(t
     reads: list[tuple[str, tuple[str, ...]]] = []
     read_batches = offline_pass.read_batches
 
-    def counting(storage, rel, columns=None, batch_rows=8192):
+    def counting(storage, rel, columns=None, batch_rows=8192, **kw):
         reads.append((rel, tuple(columns or ())))
-        return read_batches(storage, rel, columns, batch_rows)
+        return read_batches(storage, rel, columns, batch_rows, **kw)
 
     monkeypatch.setattr(offline_pass, "read_batches", counting)
     per_set = pack_outputs(Storage(str(root)), IN_REL, OUT_REL, _settings(), TOKENIZER, max_tokens_in_memory=1)
