@@ -43,6 +43,7 @@ from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
+from platform_assets.tokenize.heap import release_freed_heap
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
@@ -227,6 +228,7 @@ class DocumentEncoder:
             in_flight.append(self._pool.submit(self._tokenize_slice, text, kind, chats, a, b))
         while in_flight:
             slices.append(self._assemble_slice(in_flight.popleft().result(), kind, chat_bos))
+        release_freed_heap()  # the slices' Encoding objects are gone; their pages need not stay ours
         return self._finish(batch, slices, kind, drops, sizes, stats)
 
     def _slice_bounds(self, sizes: np.ndarray) -> list[tuple[int, int]]:
