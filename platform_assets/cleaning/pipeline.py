@@ -41,6 +41,9 @@ class CleaningResult:
     """One row per removed document (EXCLUSIONS_SCHEMA)."""
     stats: list[StepStats]
     """This batch's counts, one per step in order."""
+    step_exclusions: list[pa.RecordBatch | None] | None = None
+    """`exclusions` by step (None where a step removed nothing), so that the results of consecutive
+    slices of a batch merge into the batch's own result (:func:`merge_results`)."""
 
 
 @dataclass
@@ -180,6 +183,38 @@ def exclusion_counts(exclusions: pa.Table | pa.RecordBatch) -> dict[str, dict[st
     return {g["rule"]: {"docs": g["id_count"], "bytes": g["bytes_sum"]} for g in grouped}
 
 
+def _concat_exclusions(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if not batches:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in EXCLUSIONS_SCHEMA], schema=EXCLUSIONS_SCHEMA)
+    return pa.concat_batches(batches) if len(batches) > 1 else batches[0]
+
+
+def merge_results(parts: Sequence[CleaningResult]) -> CleaningResult:
+    """The result of a batch from those of its consecutive slices, as if it had been cleaned whole:
+    kept rows in order, exclusions step by step (a step's rows of every slice before the next step's),
+    counts summed. Cleaning is per document, so the two are equal, and so are the bytes written."""
+    if len(parts) == 1:
+        return parts[0]
+    kept = pa.concat_batches([p.kept for p in parts])
+    steps = len(parts[0].stats)
+    by_step: list[pa.RecordBatch | None] = []
+    for i in range(steps):
+        pieces = []
+        for p in parts:
+            if p.step_exclusions is None:
+                raise ValueError("merge_results needs each slice's exclusions by step")
+            if (piece := p.step_exclusions[i]) is not None:
+                pieces.append(piece)
+        by_step.append(_concat_exclusions(pieces) if pieces else None)
+    stats = []
+    for i in range(steps):
+        total = StepStats(parts[0].stats[i].step)
+        for p in parts:
+            total.merge(p.stats[i])
+        stats.append(total)
+    return CleaningResult(kept, _concat_exclusions([e for e in by_step if e is not None]), stats, by_step)
+
+
 class CleaningPipeline:
     """Runs steps in order over each batch; keeps running totals per step for the funnel."""
 
@@ -200,22 +235,15 @@ class CleaningPipeline:
         return schema
 
     def process_batch(self, batch: pa.RecordBatch) -> CleaningResult:
-        exclusions = []
+        by_step: list[pa.RecordBatch | None] = []
         stats = []
         for step in self.steps:
             result = step(batch)
             batch = result.kept
-            if result.exclusions.num_rows:
-                exclusions.append(result.exclusions)
+            by_step.append(result.exclusions if result.exclusions.num_rows else None)
             stats.append(result.stats)
             self._totals[step.name].merge(result.stats)
-        if not exclusions:
-            excl = pa.RecordBatch.from_arrays(
-                [pa.array([], f.type) for f in EXCLUSIONS_SCHEMA], schema=EXCLUSIONS_SCHEMA
-            )
-        else:
-            excl = pa.concat_batches(exclusions) if len(exclusions) > 1 else exclusions[0]
-        return CleaningResult(batch, excl, stats)
+        return CleaningResult(batch, _concat_exclusions([e for e in by_step if e is not None]), stats, by_step)
 
     def process_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[CleaningResult]:
         for batch in batches:

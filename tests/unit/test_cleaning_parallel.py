@@ -28,7 +28,8 @@ def _raw(storage: Storage, io: IOSettings) -> int:
 
 def test_any_number_of_workers_writes_the_same_bytes_and_funnel(tmp_path):
     storage = Storage(str(tmp_path))
-    io = IOSettings(batch_rows=16)  # many batches from a small input, so that the workers share them
+    # many batches, and slices of them, from a small input, so that the workers share them
+    io = IOSettings(batch_rows=16, work_bytes=16_384)
     n = _raw(storage, io)
     one = clean_output(storage, "raw", "one", CleaningSettings(), io.model_copy(update={"workers": 1}))
     two = clean_output(storage, "raw", "two", CleaningSettings(), io.model_copy(update={"workers": 2}))
@@ -45,9 +46,9 @@ def test_any_number_of_workers_writes_the_same_bytes_and_funnel(tmp_path):
     assert {k: v["sha256"] for k, v in one.files.items()} == {k: v["sha256"] for k, v in two.files.items()}
 
 
-def test_workers_are_not_started_for_a_single_batch(tmp_path):
+def test_workers_are_not_started_for_a_single_slice(tmp_path):
     storage = Storage(str(tmp_path))
-    io = IOSettings(batch_rows=8192, workers=2)
+    io = IOSettings(batch_rows=8192, workers=2)  # the sample's ~0.5 MB: one slice of io.work_bytes (2 MiB)
     _raw(storage, io)
     assert clean_output(storage, "raw", "out", CleaningSettings(), io).workers == 1
 
