@@ -30,13 +30,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO
+from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillDir
 from platform_assets.dedup.exact import TEXT_HASH_TYPE
 from platform_assets.dedup.image_near import image_phashes, near_pairs, similarity
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
-from platform_assets.dedup.lsh_index import LshIndex
+from platform_assets.dedup.lsh_index import lsh_shape
 from platform_assets.dedup.minhash import MinHasher, exact_jaccard
-from platform_assets.dedup.near_dedup import ShingleStore
-from platform_assets.dedup.settings import ExactSettings, ImageNearSettings, LshStorage, NearSettings
+from platform_assets.dedup.settings import ExactSettings, ImageNearSettings, NearSettings
 from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.splits.settings import LeakCheckSettings
@@ -119,8 +119,14 @@ class LeakageChecker:
         self._splits: list[pa.Array] = []
         self._hashes: list[pa.Array] = []
         self._sigs: list[np.ndarray] = []
-        self._n_shingles: list[np.ndarray] = []
-        self._store = ShingleStore() if near.verify == "exact" else None
+        # On disk, as dedup's `disk` index (dedup/band_buckets.py): each document's LSH band values go
+        # to bucket files and only values two documents share are grouped in finish(); shingles for
+        # exact verification are spilled and read back for candidates only. In memory these were 4 B
+        # per shingle (~0.7 B per byte of text) and ~2.7 KB per train document in datasketch's index.
+        self._spill = SpillDir(near.storage.spill_dir) if self.settings.near else None
+        self._buckets = BandBuckets(self._spill.path, *lsh_shape(near), near.storage.partitions) \
+            if self._spill is not None else None
+        self._store = ShingleSpill(self._spill.path) if self._spill is not None and near.verify == "exact" else None
         self._rows = 0
         self._image_rows: list[np.ndarray] = []
         self._phashes: list[np.ndarray] = []
@@ -137,17 +143,33 @@ class LeakageChecker:
             if len(rows):
                 self._image_rows.append(rows + self._rows)
                 self._phashes.append(phashes)
+        first_row = self._rows
         self._rows += batch.num_rows
-        if self.settings.near:
+        if self._buckets is not None:
             text = near_dedup_texts(batch)
             for a, b in compute_in_slices(text):
                 sh = shingle_hashes(text[a:b], self.near.shingles)
-                self._sigs.append(self.minhasher.signatures(sh))
-                self._n_shingles.append(sh.counts)
+                sigs = self.minhasher.signatures(sh)
+                self._sigs.append(sigs)
+                self._buckets.add(first_row + a, sigs, sh.counts > 0)
                 if self._store is not None:
                     self._store.add(sh)
 
     def finish(self) -> LeakageReport:
+        try:
+            return self._finish()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Remove the spill files (finish() does; call it when a check stops before finishing)."""
+        if self._store is not None:
+            self._store.close()
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+
+    def _finish(self) -> LeakageReport:
         ids = pa.concat_arrays(self._ids) if self._ids else pa.array([], pa.string())
         splits = pa.concat_arrays(self._splits) if self._splits else pa.array([], pa.string())
         unknown = pc.invert(pc.is_in(splits, value_set=pa.array(SPLIT_NAMES))).fill_null(True)
@@ -201,25 +223,34 @@ class LeakageChecker:
 
     def _near(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
         sigs = np.concatenate(self._sigs)
-        n_sh = np.concatenate(self._n_shingles)
         split_codes = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)
-        # always in memory: the keys are this check's row numbers, not shareable document ids
-        index = LshIndex(self.near.model_copy(update={"storage": LshStorage(type="memory")}), self.minhasher)
-        train = np.flatnonzero((split_codes == 0) & (n_sh > 0))
-        index.insert_many(train.tolist(), sigs[train])  # keys: row numbers
+        assert self._buckets is not None, "near checks bucket every document's bands"
+        # (row, key) for every LSH band value two or more documents hold: a validation/test row's
+        # candidates are the train rows holding one of its keys, what an index of the train rows
+        # returns for its signature (the same exact band values)
+        docs, keys = self._buckets.shared_keys()
+        train_of_key: dict[int, list[int]] = {}
+        for doc, key in zip(docs.tolist(), keys.tolist(), strict=True):
+            if split_codes[doc] == 0:
+                train_of_key.setdefault(key, []).append(doc)
+        eval_rows = split_codes[docs] > 0
+        keys_of_row: dict[int, list[int]] = {}
+        for doc, key in zip(docs[eval_rows].tolist(), keys[eval_rows].tolist(), strict=True):
+            if key in train_of_key:
+                keys_of_row.setdefault(doc, []).append(key)
         id_list = ids.to_pylist()
         out: dict[str, list] = {f.name: [] for f in NEAR_LEAKS_SCHEMA}
         leaking = candidates = 0
-        for row in np.flatnonzero((split_codes > 0) & (n_sh > 0)).tolist():
-            cand = np.array(sorted(index.query(sigs[row])), dtype=np.int64)[: self.near.max_candidates]
-            if len(cand) == 0:
-                continue
+        for row in sorted(keys_of_row):
+            found = sorted({c for k in keys_of_row[row] for c in train_of_key[k]})
+            cand = np.array(found, dtype=np.int64)[: self.near.max_candidates]
             candidates += len(cand)
             sims = (sigs[cand] == sigs[row][None, :]).mean(axis=1)
             if self._store is not None:
                 mine = self._store.get(row)
                 sims = np.array([exact_jaccard(mine, self._store.get(int(c))) for c in cand])
-                self._store.release(row)
+                for doc in (row, *cand.tolist()):  # read again if met again: the cache stays this row's
+                    self._store.release(doc)
             if self.near.verify == "none":
                 hit = np.ones(len(cand), dtype=bool)
             else:

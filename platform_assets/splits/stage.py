@@ -117,7 +117,9 @@ def check_split_leakage(
     check). `modality` and the media items' hashes are read where the output has them (sha256 and
     phash, never the bytes)."""
     checker = LeakageChecker(dedup.near, dedup.exact, settings.leakage, dedup.images)
-    source = TableSource(storage, rel, io)
+    # slices of io.work_bytes: the check shingles each batch's texts in Python and numpy, nothing is
+    # written, so batches need not be the output's row groups (64 MiB ones: ~170 MB of peak RSS)
+    source = TableSource(storage, rel, io.model_copy(update={"batch_bytes": io.work_bytes}))
     names = source.schema.names if source.schema is not None else []
     columns = ["id", "text", "split", *(["modality"] if "modality" in names else []),
                *(MEDIA_KEY_COLUMNS if "media" in names else ())]

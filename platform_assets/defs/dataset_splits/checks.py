@@ -34,7 +34,7 @@ def ratio_deviations(counts: dict[str, int], ratios: dict[str, float]) -> dict[s
 
 def evaluate_split_checks(storage: Storage, rel: str, stage: SplitStageResult,
                           cfg: PipelineConfig) -> list[dg.AssetCheckResult]:
-    leaks = check_split_leakage(storage, rel, cfg.dedup, cfg.splits)
+    leaks = check_split_leakage(storage, rel, cfg.dedup, cfg.splits, cfg.io)
     dups = duplicate_ids(storage, rel)
     deviations = ratio_deviations(stage.counts, cfg.splits.ratios.model_dump())
     examples = []
