@@ -23,7 +23,7 @@ from platform_assets.cleaning.pipeline import Funnel
 from platform_assets.cleaning.recipes import Recipe, apply_gates
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.config import CleaningGates, PipelineConfig
-from platform_assets.parquet_parts import output_schema, read_batches
+from platform_assets.parquet_parts import TableSource, output_schema, read_batches
 from platform_assets.storage import Storage
 from platform_assets.tokenize.conversations import chat_candidates
 
@@ -104,7 +104,10 @@ def residual_pii(storage: Storage, rel: str, cfg: PipelineConfig,
         return Counter()
     redactor = Redactor(pii)
     found: Counter[str] = Counter()
-    for batch in read_batches(storage, rel, ["text", "meta"]):
+    # slices of `io.work_bytes` (the check's Python holds each text as a str): a batch of io.batch_rows
+    # rows would be the whole of a 60 MB source at once
+    slices = TableSource(storage, rel, cfg.io.model_copy(update={"batch_bytes": cfg.io.work_bytes}))
+    for batch in slices.batches(["text", "meta"]):
         for text in batch.column("text").to_pylist():
             redactor.redact(text, found)
         metas = batch.column("meta")
