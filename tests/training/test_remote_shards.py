@@ -44,7 +44,7 @@ def dir_bytes(root: Path) -> int:
     file gone between listing and stat counts as 0 (it is no longer on disk)."""
     total = 0
     for path in root.rglob("*"):
-        if path.name == "index.json":
+        if path.name in ("index.json", ".training-shard-cache"):  # the cache's bookkeeping, outside the budget
             continue
         try:
             st = path.stat()
@@ -154,7 +154,7 @@ def test_cache_adopts_complete_shards_and_drops_partial_ones(tmp_path):
     cfg = LoaderConfig(str(fx.flat), cache=cache, global_batch_size=4, seed=2, shuffle="block", block_shards=2)
     first = PackedLoader(cfg)
     want = take(first)
-    proc = next((tmp_path / "cache").glob("*/train/main"))
+    proc = next((tmp_path / "cache").glob("*/rank-0-of-1/train/main"))
     files = sorted(p for p in proc.rglob("*.bin"))
     files[0].write_bytes(files[0].read_bytes()[:-3])  # a shard cut short (as a kill before rename cannot leave)
     (proc / "stray.bin.tmp-1-2").write_bytes(b"x" * 10)  # a download killed mid-way
@@ -167,6 +167,65 @@ def test_cache_adopts_complete_shards_and_drops_partial_ones(tmp_path):
                  if cut in {f["path"] for f in sh["files"].values()}]
     assert c.downloaded_bytes == refetched[0]  # only the cut shard came again; the others were adopted
     assert not list(proc.rglob("*.tmp-*"))
+
+
+def test_ranks_sharing_a_cache_dir_keep_their_own_folders_and_budgets(tmp_path):
+    """torchrun's ranks on one node get the same data.cache.dir: each must evict only its own shards."""
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    budget = 6 * max(shard_bytes(fx.flat))
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=budget, prefetch_steps=1)
+    cfg = LoaderConfig(str(fx.flat), cache=cache, global_batch_size=4, micro_batch_size=2, seed=3, shuffle="block",
+                       block_shards=2)
+    rank0, rank1 = PackedLoader(cfg, rank=0, world_size=2), PackedLoader(cfg, rank=1, world_size=2)
+    want0 = take(PackedLoader(LoaderConfig(str(fx.flat), global_batch_size=4, micro_batch_size=2, seed=3,
+                                           shuffle="block", block_shards=2), rank=0, world_size=2))
+    assert_same_batches(take(rank0), want0)
+    root0 = rank0.reader.process_cache().root
+    kept0 = {p: p.stat().st_size for p in root0.rglob("*.bin")}
+    assert kept0 and dir_bytes(root0) <= budget
+    take(rank1)  # reads, prefetches and evicts in its own folder
+    root1 = rank1.reader.process_cache().root
+    assert {p: p.stat().st_size for p in root0.rglob("*.bin") if p.exists()} == kept0  # rank 1 evicted none of them
+    assert root0 != root1 and root1.parent.parent.name == "rank-1-of-2" and root0.parent.parent.name == "rank-0-of-2"
+    assert rank1.reader.process_cache().downloaded_bytes > 0  # it adopted nothing of rank 0's
+    assert dir_bytes(root1) <= budget
+
+
+def test_pruning_removes_only_folders_the_cache_created(tmp_path):
+    first = build_sets(tmp_path / "flat1", SHARDS, SEQ_LEN)
+    second = build_sets(tmp_path / "flat2", {"a": [4, 4, 4], "b": [5, 5]}, SEQ_LEN)
+    base = tmp_path / "cache"
+    foreign = base / "notes"
+    foreign.mkdir(parents=True)
+    (foreign / "keep.txt").write_text("mine")
+    lookalike = base / "0123456789abcdef"  # named like a build folder, but not made by the cache
+    lookalike.mkdir()
+    (lookalike / "keep.bin").write_bytes(b"x")
+    (base / "loose.txt").write_text("mine too")
+    common = dict(global_batch_size=4, micro_batch_size=2, seed=3, shuffle="block", block_shards=2)
+    cache = CacheConfig(dir=str(base), max_bytes=sum(shard_bytes(first.flat)), prefetch_steps=0)
+    take(PackedLoader(LoaderConfig(str(first.flat), cache=cache, **common)))
+    builds = {p for p in base.iterdir() if p.is_dir()} - {foreign, lookalike}
+    assert len(builds) == 1
+    take(PackedLoader(LoaderConfig(str(second.flat), cache=cache, **common)))  # another set: the first is stale
+    assert not builds & set(base.iterdir())
+    assert (foreign / "keep.txt").read_text() == "mine"
+    assert (lookalike / "keep.bin").exists() and (base / "loose.txt").exists()
+
+
+def test_window_check_counts_what_dataloader_workers_pin(tmp_path):
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    budget = 6 * max(shard_bytes(fx.flat))  # one block of 2 + 1 crossing shard per source: enough in process
+    common = dict(global_batch_size=4, micro_batch_size=2, seed=2, shuffle="block", block_shards=2)
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=budget)
+    PackedLoader(LoaderConfig(str(fx.flat), cache=cache, num_workers=0, **common))
+    # 2 workers: (2 x 2 + 1) messages of 16 micro-batches of 2 samples are pinned: 160 samples, every shard
+    with pytest.raises(LoaderConfigError, match=r"2 DataLoader workers.* 160 samples") as err:
+        PackedLoader(LoaderConfig(str(fx.flat), cache=cache, num_workers=2, **common))
+    assert str(sum(shard_bytes(fx.flat))) in str(err.value)  # the bytes needed, here the whole set
+    PackedLoader(LoaderConfig(str(fx.flat), cache=CacheConfig(dir=str(tmp_path / "cache"),
+                                                              max_bytes=sum(shard_bytes(fx.flat))),
+                              num_workers=2, **common))
 
 
 # -- S3 --------------------------------------------------------------------------------------------------
@@ -213,7 +272,7 @@ def test_s3_loader_matches_local_with_a_cache_smaller_than_the_set(s3, tmp_path,
     loader = PackedLoader(LoaderConfig(url, cache=cache, **common))
     got = take(loader)
     assert_same_batches(got, want)
-    procs = sorted(p.name for p in (tmp_path / "cache").glob("*/train/*"))
+    procs = sorted(p.name for p in (tmp_path / "cache").glob("*/rank-0-of-1/train/*"))
     assert procs == ["main"]  # the main process downloads for its workers: one copy of each shard
     assert dir_bytes(tmp_path / "cache") <= budget
 

@@ -8,17 +8,21 @@ order: for each micro-batch it pins the shards it reads and plans the shards of 
 batches as from local files); with `shuffle="block"` (permutation.py) a window of `block_shards` shards
 per source is all a process needs at a time, and `check_window` refuses a budget below that window.
 
-Layout: <cache.dir>/<index sha256[:16]>/index.json, and the shards of split S under <...>/<S>/main,
-owned by the main process (remote_cache.py): with DataLoader workers, a `WorkerFetcher` thread of the
-main process follows the consumed position, pins and fetches the shards of the micro-batches workers may
-be building and of the next prefetch_steps steps, and workers wait for their files (CacheView). Loaders
-are built on the main process, which prunes what the layout does not use (other builds' directories),
-so the total stays within max_bytes per split's loader: a cache directory belongs to one run.
+Layout: <cache.dir>/<index sha256[:16]>/rank-<r>-of-<w>/index.json, and the shards of split S under
+<...>/<S>/main, owned by the rank's main process (remote_cache.py): ranks on one node (torchrun) share
+cache.dir, so each has its own folder and its own max_bytes (their evictions would otherwise delete each
+other's shards, and each would count the others' files against its budget). With DataLoader workers, a
+`WorkerFetcher` thread of the main process follows the consumed position, pins and fetches the shards
+of the micro-batches workers may be building and of the next prefetch_steps steps, and workers wait for
+their files (CacheView). Loaders are built on the main process, which prunes what the layout does not
+use: build folders of other shard sets and rank folders of another world size, and only folders that
+carry CACHE_MARK (written when the cache creates them): cache.dir may hold anything else.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from bisect import bisect_right
@@ -43,7 +47,9 @@ class CacheConfig:
     dir: str
     """Local directory of the cache (created; its contents are managed by the loader)."""
     max_bytes: int
-    """Bound on the shard files held at once, over all processes of one split's loader (index.json aside)."""
+    """Bound on the shard files held at once, over all processes (main and DataLoader workers) of one rank's
+    loader of one split, index.json aside. Per rank: ranks sharing cache.dir on a node each hold up to
+    max_bytes in their own folder, so the node's disk needs ranks-per-node x max_bytes."""
     prefetch_steps: int = 4
     """Optimizer steps ahead whose shards are downloaded in the background (0: on demand only)."""
     max_attempts: int = 5
@@ -180,6 +186,12 @@ class PrefetchingOrder:
         return src, idx
 
 
+def pinned_micro_batches(workers: int, group: int, prefetch_factor: int = 2) -> int:
+    """Micro-batches whose shards must be local at once: the one read (no workers), or those of the
+    (prefetch_factor x workers + 1) messages of `group` micro-batches DataLoader workers may be building."""
+    return (prefetch_factor * workers + 1) * group if workers else 1
+
+
 class WorkerFetcher:
     """The main process's downloads for its DataLoader workers (module doc). While the caller takes
     micro-batch m from message j (`group` micro-batches a message), a DataLoader has asked its workers
@@ -195,7 +207,7 @@ class WorkerFetcher:
         """position: () -> (epoch, micro-batches consumed), read from the loader."""
         self.order = order
         self.position = position
-        self.span = (prefetch_factor * workers + 1) * group
+        self.span = pinned_micro_batches(workers, group, prefetch_factor)
         self.group = group
         self.cache = order.reader.process_cache()
         assert isinstance(self.cache, ShardCache)
@@ -234,29 +246,64 @@ class WorkerFetcher:
         self._thread.join()
 
 
-def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, block_shards: int,
-                 micro_batch_size: int) -> None:
-    """Refuse a budget that cannot hold what one process reads at a time: per source drawn from, its
-    largest `block_shards` shards plus those a micro-batch crossing into the next block touches (block
-    shuffle), or every shard (a full permutation reads any shard at any time)."""
+def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, block_shards: int, plan: BatchPlan,
+                 workers: int = 0, group: int = 1) -> None:
+    """Refuse a budget that cannot hold what one process reads at a time: per source drawn from, the
+    largest shards of the blocks its samples read at once may touch (block shuffle), or every shard (a
+    full permutation reads any shard at any time). Read at once: a micro-batch, or with DataLoader workers
+    the (2 x workers + 1) x group micro-batches they may be building (pinned_micro_batches), which the
+    main process pins; they cover R global positions, of which source s holds <= ceil(w_s R) + 1 (the
+    mixture's quota), consecutive in its pass: they reach 1 + ceil((n - 1) / B) blocks of B >= block_shards
+    x its smallest shard samples, and a sample past the first block's shards adds at most one shard."""
+    pinned = pinned_micro_batches(workers, group)
+    per_rank = plan.global_batch_size // plan.world_size
+    span = pinned * plan.micro_batch_size if plan.world_size == 1 else \
+        -(-(pinned - 1) // plan.accumulation_steps) * plan.global_batch_size + per_rank  # other ranks' in between
+    total = sum(mixture.numerators)
     need = 0
     for src, ks in enumerate(reader._used):  # noqa: SLF001
         if not mixture.numerators[src]:
             continue
         sizes = sorted((sum(f.bytes for f in reader.sets[src].shards[k].files()) for k in ks), reverse=True)
-        window = len(sizes) if shuffle == "full" else block_shards + min(block_shards, micro_batch_size - 1)
+        if shuffle == "full":
+            window = len(sizes)
+        else:
+            samples = min(span, -(-span * mixture.numerators[src] // total) + 1)
+            block_samples = block_shards * min(reader.sets[src].shards[k].samples for k in ks)
+            blocks = 1 + -(-(samples - 1) // block_samples)
+            window = min(blocks * block_shards, block_shards + samples - 1)
         need += sum(sizes[:window])
     if reader.share < need:
         hint = ("shuffle='full' may read any shard at any step, so the cache must hold every shard: use "
-                "shuffle='block'" if shuffle == "full" else f"raise max_bytes or lower block_shards ({block_shards})")
+                "shuffle='block'" if shuffle == "full" else f"raise max_bytes or lower block_shards ({block_shards})"
+                + (" or num_workers" if workers else ""))
+        held = (f"the micro-batches {workers} DataLoader workers may be building: {pinned} micro-batches, "
+                f"{pinned * plan.micro_batch_size} samples" if workers else
+                f"a micro-batch: {plan.micro_batch_size} samples")
         raise LoaderConfigError(f"cache.max_bytes {reader.cache_cfg.max_bytes} < {need} bytes, the shards needed "
-                                f"at a time (one block of each source): {hint}")
+                                f"at a time (the blocks of each source read by {held}): {hint}")
 
 
-def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, cache: CacheConfig
-                      ) -> tuple[FlatIndex, CachedSplitReader]:
-    """Fetch the index of the shard set at `data_dir` (s3://bucket/prefix or a directory) into the cache
-    and build the split's reader; prune cache directories this layout does not use."""
+CACHE_MARK = ".training-shard-cache"
+"""Written into each folder the cache creates under cache.dir: pruning removes only folders that carry it."""
+_BUILD_NAME = re.compile(r"[0-9a-f]{16}")
+_RANK_NAME = re.compile(r"rank-(\d+)-of-(\d+)")
+
+
+def _owned(folder: Path, pattern: re.Pattern) -> bool:
+    return folder.is_dir() and not folder.is_symlink() and pattern.fullmatch(folder.name) is not None \
+        and (folder / CACHE_MARK).is_file()
+
+
+def _make_owned(folder: Path, what: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CACHE_MARK).write_text(f"training.data remote shard cache: {what}; removed when stale\n")
+
+
+def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, cache: CacheConfig,
+                      rank: int = 0, world_size: int = 1) -> tuple[FlatIndex, CachedSplitReader]:
+    """Fetch the index of the shard set at `data_dir` (s3://bucket/prefix or a directory) into this rank's
+    folder of the cache and build the split's reader; prune cache folders this layout does not use."""
     cache.check()
     if on_corrupt != "stop":
         raise LoaderConfigError("on_corrupt='skip' needs every shard hashed when the loader is built, which "
@@ -270,11 +317,17 @@ def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, c
 
     base = Path(cache.dir)
     build = hashlib.sha256(raw).hexdigest()[:16]
-    root = base / build
-    root.mkdir(parents=True, exist_ok=True)
-    for other in base.iterdir():
-        if other.is_dir() and other.name != build:
-            shutil.rmtree(other, ignore_errors=True)  # another build's shards: stale, and outside the budget
+    build_dir = base / build
+    _make_owned(build_dir, f"shard set {data_dir}")
+    for other in base.iterdir():  # another build's shards: stale, and outside the budget
+        if other.name != build and _owned(other, _BUILD_NAME):
+            shutil.rmtree(other, ignore_errors=True)
+    root = build_dir / f"rank-{rank}-of-{world_size}"
+    _make_owned(root, f"rank {rank} of {world_size}")
+    for other in build_dir.iterdir():  # a run of another world size left these: ranks of this one keep theirs
+        match = _RANK_NAME.fullmatch(other.name)
+        if match and int(match[2]) != world_size and _owned(other, _RANK_NAME):
+            shutil.rmtree(other, ignore_errors=True)
     tmp = root / f"{INDEX_NAME}.tmp"
     tmp.write_bytes(raw)
     tmp.replace(root / INDEX_NAME)
@@ -283,7 +336,7 @@ def open_remote_split(data_dir: str, split: str, verify: str, on_corrupt: str, c
     keep = {"main"}  # directories of an earlier layout (per-worker caches) are dropped
     if split_dir.is_dir():
         for proc in split_dir.iterdir():
-            if proc.name not in keep:
+            if proc.name not in keep and proc.is_dir():
                 shutil.rmtree(proc, ignore_errors=True)
     try:
         reader = CachedSplitReader(index, split, verify, store, cache)
