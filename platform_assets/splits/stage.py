@@ -40,7 +40,8 @@ def _stratum_keys(source: TableSource, settings: SplitSettings) -> pa.Table:
     """`id` and the stratum (as a string column named `stratify_by`) of every row, in part order. Read a
     batch at a time: a `meta.` field needs the whole `meta` column, which holds chat conversations."""
     path = FieldPath.parse(settings.stratify_by, source.schema.names)
-    batches = [pa.record_batch({"id": b.column("id"), settings.stratify_by: field_values(b, path)})
+    batches = [pa.record_batch({"id": pa.concat_arrays([b.column("id")]),
+                                settings.stratify_by: pa.concat_arrays([field_values(b, path)])})
                for b in source.batches(["id", path.column])]
     schema = pa.schema([pa.field("id", pa.string()), pa.field(settings.stratify_by, pa.string())])
     return pa.Table.from_batches(batches, schema=schema)
@@ -83,7 +84,9 @@ def split_outputs(
         _parse_field("splits.stratify_by", settings.stratify_by, schema, in_rel)
     label_path = _parse_field("statistics.label_field", statistics.label_field, schema, in_rel) \
         if statistics.label_field else None
-    keys = _stratum_keys(source, settings) if settings.stratify_by else source.table(["id"])
+    # compact copies (concat_arrays): the reader's columns may be views of much larger buffers
+    keys = _stratum_keys(source, settings) if settings.stratify_by else pa.table(
+        {"id": pa.concat_arrays([pa.array([], pa.string()), *(b.column("id") for b in source.batches(["id"]))])})
     prior = TableSource(storage, out_rel, io).table(["id", "split"]) if settings.stratify_by else None
     # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
     # stream is row i of the assignment (no per-batch id lookup)
