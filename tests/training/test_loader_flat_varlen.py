@@ -177,6 +177,20 @@ def test_offsets_that_disagree_with_the_segments_are_an_error(shards, tmp_path):
         epochs(PackedLoader(_cfg(root, verify="always")), 1)
 
 
+def test_a_sample_longer_than_its_row_is_an_error_not_truncated(shards):
+    """A row narrower than the sample (a writer past seq_len, or a reader asked for too few positions)
+    would lose the sample's tail: the error names the shard, the sample and both lengths."""
+    reader = PackedLoader(_cfg(shards[0])).reader
+    src, idx = np.array([0, 0]), np.array([0, 1])
+    lengths = reader.lengths(src, idx)
+    assert np.array_equal(reader.read(src, idx, int(lengths.max())).lengths, lengths)  # wide enough: read whole
+    short = int(lengths.max()) - 1
+    longest = int(np.argmax(lengths))
+    with pytest.raises(ShardDataError, match=rf"offsets.*\(shard .*\): sample {longest} holds {lengths.max()} "
+                                             rf"tokens, more than the {short} positions of its row \(seq_len 32\)"):
+        reader.read(src, idx, short)
+
+
 def test_index_sizes_that_do_not_fit_the_counts_and_old_readers_refuse(shards, tmp_path):
     root = _copy(shards[0], tmp_path)
     index_path = root / "flat_varlen" / "index.json"

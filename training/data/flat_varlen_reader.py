@@ -8,7 +8,8 @@ resume are SplitReader's (they depend on the index's sample counts and the segme
 `flat`'s files unchanged). A row is copied out and padded with pad_id (mask 0) up to the width asked for,
 so `collate="padded"` trims each micro-batch to its longest sample and `collate="packed"` gets seq_len
 rows, both as from the padded `flat` set of the same samples. Every sample's offsets are checked against
-its segment lengths when it is read (a damaged offsets file is an error naming it, never a shifted row).
+its segment lengths when it is read (a damaged offsets file is an error naming it, never a shifted row),
+and a sample longer than its row is an error naming it, never truncated.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class _MappedVarlenShard:
         root = self.root = index.root
         self.shard = shard
         self.pad_id = index.pad_id
+        self.seq_len = index.seq_len
         # np.memmap refuses a 0-byte file: a shard of empty samples (or no samples) holds no tokens
         self.tokens = (map_file(root, shard.tokens, TOKEN_DTYPES[index.token_dtype], (shard.token_count,))
                        if shard.token_count else np.zeros(0, TOKEN_DTYPES[index.token_dtype]))
@@ -118,11 +120,15 @@ class _MappedVarlenShard:
             raise ShardDataError(f"{self.root / self.shard.offsets.path}: sample {j} holds tokens [{a}, {b}) of "
                                  f"{len(self.tokens)}, but its segments {self.seqlens[p:q].tolist()} "
                                  f"(seqptr [{p}, {q})) need {sum(self.seqlens[p:q].tolist())}")
-        n = min(b - a, len(tokens))
-        tokens[:n] = self.tokens[a: a + n]
+        n = b - a
+        if n > len(tokens):  # a row narrower than the sample: copying its first positions would lose the rest
+            raise ShardDataError(f"{self.root / self.shard.offsets.path} (shard {self.shard.name}): sample {j} holds "
+                                 f"{n} tokens, more than the {len(tokens)} positions of its row (seq_len "
+                                 f"{self.seq_len}): the writer exceeded seq_len or the reader was asked for too few")
+        tokens[:n] = self.tokens[a: b]
         tokens[n:] = self.pad_id
         if mask is not None:
-            mask[:n] = self.mask[a: a + n]
+            mask[:n] = self.mask[a: b]
             mask[n:] = 0
 
 
