@@ -36,7 +36,9 @@ def set_dir(split: str, source: str) -> str:
 
 
 class LanceDocumentSets:
-    """One streaming Lance write per (split, source); `close()` finishes them all."""
+    """One streaming Lance write per (split, source); `close()` finishes them all. As a context manager,
+    leaving it by an exception (or without close()) aborts them: no writer thread outlives the stage and
+    no partial dataset stays in the staged output."""
 
     def __init__(self, staged: StagedDir, schema: pa.Schema) -> None:
         self._staged, self._schema = staged, schema
@@ -46,6 +48,14 @@ class LanceDocumentSets:
         self._tmp = None if self._local else tempfile.mkdtemp(prefix="lance-docs-")
         self._writes: dict[tuple[str, str], StreamingLanceWrite] = {}
         self.rows: dict[tuple[str, str], int] = {}
+        self._closed = False
+
+    def __enter__(self) -> LanceDocumentSets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.abort()
 
     def _uri(self, key: tuple[str, str]) -> str:
         rel = set_dir(*key)
@@ -60,9 +70,22 @@ class LanceDocumentSets:
         self._writes[key].put(batch)
         self.rows[key] += batch.num_rows
 
+    def abort(self) -> None:
+        """Stop every set's write without a commit and remove the datasets (each set's thread has ended)."""
+        self._closed = True
+        try:
+            for key in sorted(self._writes):
+                self._writes[key].abort()
+        finally:
+            for key in self._writes:
+                shutil.rmtree(self._uri(key), ignore_errors=True)
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
     def close(self) -> list[str]:
         """Finish every set's write (and copy the datasets into the staged output when it is not local);
-        returns the datasets' directories, sorted."""
+        returns the datasets' directories, sorted. A failure aborts the writes not yet finished."""
+        self._closed = True
         try:
             for key in sorted(self._writes):
                 self._writes[key].finish()
@@ -73,6 +96,11 @@ class LanceDocumentSets:
                         rel = os.path.relpath(full, self._tmp).replace(os.sep, "/")
                         with open(full, "rb") as src, self._staged.open_output(rel) as dst:
                             shutil.copyfileobj(src, dst, COPY_CHUNK)
+        except BaseException:
+            for key in sorted(self._writes):
+                if self._writes[key].running:  # a write close() did not finish
+                    self._writes[key].abort()
+            raise
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)

@@ -4,6 +4,9 @@ manifest; and on S3-like (non-local) outputs through the same staged directory."
 
 from __future__ import annotations
 
+import os
+import threading
+
 import lance
 import pyarrow as pa
 import pytest
@@ -12,7 +15,7 @@ from test_tokenize_stage import SPLITS, splits, tokenizer_rel  # noqa: F401 - fi
 from platform_assets.contracts import IOSettings
 from platform_assets.parquet_parts import read_batches
 from platform_assets.storage import Storage, file_sha256
-from platform_assets.tokenize.lance_documents import LanceDocumentSets, set_dir
+from platform_assets.tokenize.lance_documents import LANCE_DIR, LanceDocumentSets, set_dir
 from platform_assets.tokenize.settings import TokenizeSettings
 from platform_assets.tokenize.stage import tokenize_outputs
 
@@ -75,3 +78,41 @@ def test_a_failed_write_is_an_error_not_a_hang(storage: Storage):
         sets = LanceDocumentSets(staged, schema)
         sets.add(("train", "web"), pa.RecordBatch.from_pylist([{"x": 1}]))  # not the declared schema
         sets.close()
+
+
+def _writer_threads(uri: str) -> list:
+    return [t for t in threading.enumerate() if t.name == f"lance-write-{uri}" and t.is_alive()]
+
+
+def test_a_producer_failing_mid_way_ends_the_writes_and_leaves_no_dataset(storage: Storage):
+    """The batches come from a generator that raises after 2: the error propagates, the writer threads
+    end (they waited on their queues for ever) and neither set's partial dataset is left or committed."""
+    schema = pa.schema([("id", pa.string()), ("input_ids", pa.list_(pa.int32()))])
+
+    def batches():
+        for i in range(2):
+            yield pa.RecordBatch.from_pylist([{"id": f"d{i}-{j}", "input_ids": [j] * 3} for j in range(2000)],
+                                             schema=schema)
+        raise RuntimeError("the tokenizer failed")
+
+    with storage.staged_dir("failed") as staged:
+        uris = [staged.path(set_dir("train", s)) for s in ("web", "code")]
+        with pytest.raises(RuntimeError, match="the tokenizer failed"), LanceDocumentSets(staged, schema) as sets:
+            for batch in batches():
+                sets.add(("train", "web"), batch)
+                sets.add(("train", "code"), batch.slice(0, 10))
+                assert all(_writer_threads(uri) for uri in uris)  # both writes are running
+        assert not [uri for uri in uris if _writer_threads(uri)]
+        assert not [uri for uri in uris if os.path.exists(uri)]
+    assert not [f for _, _, files in os.walk(storage.path(f"failed/{LANCE_DIR}")) for f in files]
+
+
+def test_a_failure_while_closing_aborts_the_writes_not_finished(storage: Storage):
+    schema = pa.schema([("id", pa.string())])
+    with pytest.raises(Exception, match="lance write failed"), storage.staged_dir("bad2") as staged:
+        with LanceDocumentSets(staged, schema) as sets:
+            sets.add(("train", "a"), pa.RecordBatch.from_pylist([{"x": 1}]))  # not the declared schema: fails
+            sets.add(("train", "b"), pa.RecordBatch.from_pylist([{"id": "ok"}], schema=schema))
+            uri = staged.path(set_dir("train", "b"))
+            sets.close()  # "a" fails first (sorted): "b" is still running and must not be left so
+    assert not _writer_threads(uri)

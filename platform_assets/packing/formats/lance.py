@@ -51,6 +51,7 @@ QUEUE_RUNS = 2  # runs waiting for the writer thread: one being encoded, one que
 MAX_ROWS_PER_FILE = 2**31 - 1  # a shard is one data file: never cut by row count (pylance's default is 1 Mi)
 HINT = "_versions/latest_version_hint.json"  # rewritten by every commit: listed once, under the last shard
 _END = object()
+_ABORT = object()
 _HASH_CHUNK = 8 * 2**20
 
 
@@ -93,13 +94,21 @@ def _files_under(root: str) -> set[str]:
             for d, _, names in os.walk(root) for f in names}
 
 
+class WriteAborted(RuntimeError):
+    """Raised inside the batch reader Lance pulls from when the producer gave up: Lance commits nothing."""
+
+
 class StreamingLanceWrite:
     """One `lance.write_dataset` (a shard here; a whole document set in tokenize/lance_documents.py) in a
-    thread, fed batch by batch through a bounded queue."""
+    thread, fed batch by batch through a bounded queue. A producer that fails calls `abort()`: the thread
+    ends without a commit and what it wrote is removed (else the thread waits on the queue for ever and
+    data files of no version stay in the output)."""
 
     def __init__(self, uri: str, schema: pa.Schema, first: bool, rows_per_group: int = ROWS_PER_ROW_GROUP):
         import lance  # imported here: `lance` is needed only where this format is configured
 
+        self._uri, self._first = uri, first
+        self._before = set() if first else _files_under(uri)  # an append removes only what it added
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_RUNS)
         self.batches = 0
         self.error: BaseException | None = None
@@ -125,6 +134,8 @@ class StreamingLanceWrite:
 
     def _drain(self) -> Iterator[pa.RecordBatch]:
         while (batch := self._queue.get()) is not _END:
+            if batch is _ABORT:
+                raise WriteAborted(f"{self._uri}: the producer failed")
             yield batch
 
     def put(self, batch: Any) -> None:
@@ -144,6 +155,26 @@ class StreamingLanceWrite:
         self._thread.join()
         if self.error is not None:
             raise ShardSetError(f"lance write failed: {self.error!r}") from self.error
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def abort(self) -> None:
+        """Stop the write without committing it and remove the files it wrote; the thread has ended on
+        return. Called on the producer's failure: raises nothing of its own."""
+        while self._thread.is_alive():
+            try:
+                self._queue.put(_ABORT, timeout=0.5)  # the writer drains the queue, so room comes
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+        if self._first:
+            shutil.rmtree(self._uri, ignore_errors=True)
+        elif os.path.isdir(self._uri):
+            for rel in _files_under(self._uri) - self._before:
+                os.remove(os.path.join(self._uri, rel))
 
 
 class LanceSetWriter:
@@ -196,6 +227,17 @@ class LanceSetWriter:
             raise ShardSetError(f"{self._rel}: a shard's commit wrote {new}, expected one data file, one "
                                 f"manifest and one transaction (pylance {_lance_version()})")
         self._shards.append({role: self._entry(rs[0]) for role, rs in roles.items()})
+
+    def abort(self) -> None:
+        """The set will not be closed (the stage failed): stop the shard's write, remove the dataset."""
+        current, self._current = self._current, None
+        try:
+            if current is not None:
+                current[1].abort()
+        finally:
+            shutil.rmtree(self._uri, ignore_errors=True)
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
 
     def close_set(self) -> list[FileEntries]:
         self._finish_shard()
