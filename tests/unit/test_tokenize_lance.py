@@ -116,3 +116,24 @@ def test_a_failure_while_closing_aborts_the_writes_not_finished(storage: Storage
             uri = staged.path(set_dir("train", "b"))
             sets.close()  # "a" fails first (sorted): "b" is still running and must not be left so
     assert not _writer_threads(uri)
+
+
+def test_the_stage_failing_mid_way_leaves_no_writer_thread(storage: Storage, splits, tokenizer_rel,  # noqa: F811
+                                                            monkeypatch):
+    from platform_assets.tokenize import stage
+
+    encode, calls = stage.DocumentEncoder.encode, []
+
+    def failing(self, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("encoding failed")
+        return encode(self, batch)
+
+    monkeypatch.setattr(stage.DocumentEncoder, "encode", failing)
+    with pytest.raises(RuntimeError, match="encoding failed"):
+        tokenize_outputs(storage, SPLITS, tokenizer_rel, "failed_stage/_all", TokenizeSettings(lance=True),
+                         io=IOSettings(batch_rows=40, part_max_bytes=4000))
+    assert len(calls) == 3
+    assert not [t for t in threading.enumerate() if t.name.startswith("lance-write-") and "failed_stage" in t.name
+                and t.is_alive()]
