@@ -30,13 +30,14 @@ every shard: they take turns by message); benchmarks/RESULTS.md (remote_loader_l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -47,6 +48,7 @@ log = logging.getLogger("training.data")
 
 _CHUNK = 8 << 20  # 8 MiB reads: large enough that per-request overhead of S3 streams is small
 _BACKOFF_S = 0.2  # first retry wait; doubled each attempt (0.2, 0.4, 0.8, 1.6 s for 5 attempts)
+_S3_CONNECTIONS = 32  # >= download threads x files a shard (4 x 3-4): no request waits for a pooled connection
 TMP_MARK = ".tmp-"
 
 Key = Hashable
@@ -80,9 +82,11 @@ class ObjectStore:
         self.request_attempts = request_attempts
         self._fs: pafs.FileSystem | None = None
         self._pid = -1
+        self._client = None
+        self._client_pid = -1
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fs": None, "_pid": -1}
+        return {**self.__dict__, "_fs": None, "_pid": -1, "_client": None, "_client_pid": -1}
 
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:
         if self._fs is None or self._pid != os.getpid():
@@ -103,14 +107,59 @@ class ObjectStore:
             return f.read()
 
     def download(self, rel: str, dest: Path) -> str:
-        """Stream `rel` into `dest` (created or truncated); returns the sha256 of what was written."""
-        fs, base = self._filesystem()
+        """Stream `rel` into `dest` (created or truncated); returns the sha256 of what was written, hashed
+        as the bytes arrive (no second pass over the file)."""
         digest = hashlib.sha256()
-        with fs.open_input_stream(f"{base}/{rel}") as src, open(dest, "wb") as out:
-            while chunk := src.read(_CHUNK):
+        with open(dest, "wb") as out:
+            for chunk in self._chunks(rel):
                 digest.update(chunk)
                 out.write(chunk)
         return digest.hexdigest()
+
+    def _chunks(self, rel: str) -> Iterator[bytes]:
+        if is_remote(self.location) and _has_boto3():
+            client = self._s3_client()
+            bucket, _, prefix = self.location[len("s3://"):].partition("/")
+            key = f"{prefix}/{rel}" if prefix else rel
+            try:
+                body = client.get_object(Bucket=bucket, Key=key)["Body"]
+                while chunk := body.read(_CHUNK):
+                    yield chunk
+            except Exception as err:  # botocore's errors are not OSErrors: fetch_verified retries OSErrors
+                if isinstance(err, OSError):
+                    raise
+                raise OSError(f"{type(err).__name__}: {err}") from err
+            return
+        fs, base = self._filesystem()
+        with fs.open_input_stream(f"{base}/{rel}") as src:
+            while chunk := src.read(_CHUNK):
+                yield chunk
+
+    def _s3_client(self):  # noqa: ANN202 - botocore's client class is generated at run time
+        """One GET per object: pyarrow's S3 streams HEAD each object first, which doubles the requests for a
+        cache whose index already holds every file's size and checksum (a shard is 3 small objects)."""
+        if self._client is None or self._client_pid != os.getpid():
+            import boto3
+            from botocore.config import Config
+
+            endpoint_url = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+            config = Config(retries={"mode": "standard", "max_attempts": self.request_attempts},
+                            max_pool_connections=_S3_CONNECTIONS,
+                            s3={"addressing_style": "path"} if endpoint_url else None)
+            if endpoint_url and "://" not in endpoint_url:
+                endpoint_url = f"https://{endpoint_url}"
+            self._client = boto3.session.Session().client("s3", region_name=self.region, endpoint_url=endpoint_url,
+                                                          config=config)
+            self._client_pid = os.getpid()
+        return self._client
+
+
+@functools.cache
+def _has_boto3() -> bool:
+    """boto3 is optional (the test extra installs it): without it S3 objects are read through pyarrow."""
+    import importlib.util
+
+    return importlib.util.find_spec("boto3") is not None
 
 
 def s3_filesystem(endpoint_url: str | None, region: str, attempts: int) -> pafs.S3FileSystem:
@@ -284,8 +333,7 @@ class ShardCache:
     # -- downloads ---------------------------------------------------------------------------------
     def _download(self, key: Key) -> None:
         try:
-            for f in self.shards[key]:
-                fetch_verified(self.store, f, self.root, self.max_attempts)
+            self._fetch_files(self.shards[key])
         except BaseException:
             with self._cond:
                 self._inflight.pop(key, None)
@@ -296,6 +344,27 @@ class ShardCache:
             self._present[key] = self._inflight.pop(key)
             self.downloaded_bytes += self._bytes[key]
             self._cond.notify_all()
+
+    def _fetch_files(self, files: Sequence[FileEntry]) -> None:
+        """A shard's files at once, one short-lived thread each beyond the first: each is a request round
+        trip of its own (3 sequential GETs took 3x one). The threads end with the call, so none is left
+        holding a lock when the process forks DataLoader workers."""
+        errors: list[BaseException] = []
+
+        def fetch(entry: FileEntry) -> None:
+            try:
+                fetch_verified(self.store, entry, self.root, self.max_attempts)
+            except BaseException as err:  # noqa: BLE001 - raised in the calling thread below
+                errors.append(err)
+
+        others = [threading.Thread(target=fetch, args=(f,), name="shard-file", daemon=True) for f in files[1:]]
+        for t in others:
+            t.start()
+        fetch(files[0])
+        for t in others:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def _prefetch_loop(self) -> None:
         while True:
