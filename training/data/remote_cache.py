@@ -4,6 +4,9 @@ The shard set lives under s3://bucket/prefix (pyarrow's S3FileSystem, reached as
 is: endpoint_url, region, attempts) or a local directory (the same code path, for tests and NFS-like
 mounts). A shard is the cache's unit: its three or four files come and go together.
 
+- Client: S3 objects are read with one GET each through boto3 when it is installed (the index already
+  holds every file's size and sha256; pyarrow's S3 streams HEAD each object first, twice the requests:
+  remote_loader_litdata 0.65x -> 1.27x of litdata), through pyarrow's S3FileSystem otherwise.
 - Download: each file is streamed to `<name>.tmp-<pid>` while its sha256 is computed, compared with the
   index, then renamed into place (atomic: a file under its final name is complete and verified, so a
   process killed mid-download leaves only a tmp file, removed by the next scan). A transient error or a
@@ -16,8 +19,8 @@ mounts). A shard is the cache's unit: its three or four files come and go togeth
   drops its memory map of an evicted shard (`on_evict`) before the files are unlinked.
 - Prefetch: `plan(wanted)` queues the missing shards of the next steps, in the order they are needed, as
   far as the budget allows; up to `download_threads` background threads (4) download them, several shards
-  at once: S3 latency, not bandwidth, bounds one stream of small objects (3 GETs and 3 HEADs a shard,
-  pyarrow heads each object first). A shard still wanted by `acquire` is waited for, not fetched twice.
+  at once, and a shard's files together: S3 latency, not bandwidth, bounds a stream of small objects (3
+  or 4 a shard). A shard still wanted by `acquire` is waited for, not fetched twice.
 
 Workers: the main process owns the cache, its directory and the whole budget; DataLoader workers read
 through a CacheView, which waits for the files of the shards they read. The main process knows which
