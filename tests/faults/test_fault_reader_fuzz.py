@@ -269,14 +269,18 @@ def test_media_readers_survive_mutated_files(name, make, examples):
 
 
 # -- the platform's own files: shard indexes, manifests, shard files ----------------------------------
+SHARD_SET_FORMATS = ("flat", "flat_varlen", "parquet", "webdataset", "lance")
+
+
 @pytest.fixture(scope="module")
 def shard_set(tmp_path_factory) -> Path:
-    """flat + parquet + webdataset shard sets of one small split, with the output's _manifest.json."""
+    """Shard sets of every format (flat, flat_varlen, parquet, webdataset, lance) of one small split, with
+    the output's _manifest.json."""
     root = tmp_path_factory.mktemp("shards")
     header = ShardSetHeader(seq_len=16, vocab_size=1000, pad_id=0, eos_id=1, bos_id=None, has_loss_mask=True,
                             tokenizer={"name": "t", "sha256": "0" * 64}, packing={})
     staged = StagedDir(pafs.LocalFileSystem(), str(root))
-    writer = ShardSetWriter(staged, ["flat", "parquet", "webdataset"], header, samples_per_shard=3)
+    writer = ShardSetWriter(staged, list(SHARD_SET_FORMATS), header, samples_per_shard=3)
     rng = np.random.default_rng(0)
     group = writer.group("train", "web")
     n = 5
@@ -304,7 +308,7 @@ def _typed_error_names(err: Exception, *names: str) -> None:
     assert any(name in str(err) for name in names), f"{type(err).__name__} does not name {names}: {err}"
 
 
-@pytest.mark.parametrize("fmt", ["flat", "parquet", "webdataset"])
+@pytest.mark.parametrize("fmt", SHARD_SET_FORMATS)
 def test_shard_index_reader_refuses_damage_with_a_typed_error(shard_set, fmt):
     path = shard_set / fmt / "index.json"
     valid, restore = _restore_after(path)
@@ -330,9 +334,11 @@ def test_shard_index_reader_refuses_damage_with_a_typed_error(shard_set, fmt):
         restore()
 
 
-@pytest.mark.parametrize(("fmt", "suffix"), [("parquet", ".parquet"), ("webdataset", ".tar")])
+@pytest.mark.parametrize(("fmt", "suffix"), [("parquet", ".parquet"), ("webdataset", ".tar"),
+                                             ("flat_varlen", ".seqlens.bin"), ("flat_varlen", ".offsets.bin"),
+                                             ("lance", ".lance")])
 def test_shard_file_readers_refuse_damage_with_a_typed_error(shard_set, fmt, suffix):
-    path = sorted((shard_set / fmt).rglob(f"*{suffix}"))[0]
+    path = sorted(p for p in (shard_set / fmt).rglob(f"*{suffix}") if p.is_file())[0]
     valid, restore = _restore_after(path)
 
     @fuzz(120)
