@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -93,3 +94,20 @@ def test_one_bad_file_fails_its_whole_shard(bucket_url, s3_endpoint, tmp_path):
         cache.acquire(["k"])
     assert cache.present() == [] and cache.used_bytes == 0
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # the files fetched beside it are removed too
+
+
+def test_threads_starting_together_share_one_client(bucket_url, s3_endpoint):
+    store = ObjectStore(bucket_url, s3_endpoint)
+    start = threading.Barrier(8)
+    clients: list[object] = []
+
+    def make() -> None:
+        start.wait()
+        clients.append(store._s3_client())
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(clients) == 8 and len({id(c) for c in clients}) == 1  # ~20 MB a client: built once

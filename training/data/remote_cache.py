@@ -141,6 +141,11 @@ class ObjectStore:
     def _s3_client(self):  # noqa: ANN202 - botocore's client class is generated at run time
         """One GET per object: pyarrow's S3 streams HEAD each object first, which doubles the requests for a
         cache whose index already holds every file's size and checksum (a shard is 3 small objects)."""
+        with _CLIENT_LOCK:  # the first downloads start together: unlocked, each of ~12 threads built a
+            # client of its own (~20 MB each): remote_loader_litdata peaked at 560 MB, with one client 340
+            return self._client_locked()
+
+    def _client_locked(self):  # noqa: ANN202
         if self._client is None or self._client_pid != os.getpid():
             import boto3
             from botocore.config import Config
@@ -155,6 +160,9 @@ class ObjectStore:
                                                           config=config)
             self._client_pid = os.getpid()
         return self._client
+
+
+_CLIENT_LOCK = threading.Lock()
 
 
 @functools.cache
