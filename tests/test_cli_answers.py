@@ -78,3 +78,46 @@ def test_spot_check_samples_what_a_rule_removed_deterministically(tmp_path, caps
     assert [c.rule for c in per_rule] == ["c4.curly_bracket"] * 2 + ["gopher_quality.stop_words"] * 2
     assert "\\| with a pipe" in to_markdown(sample)  # the table survives a pipe in the text
     assert spot_check(storage, "gopher_quality.stop_words_typo") == []
+
+
+def test_spot_check_command_prints_the_sample_or_says_which_rules_removed_something(tmp_path, capsys):
+    """`python -m platform_assets spot-check --rule R -n N`: the table of N removed documents; a rule that
+    removed nothing names the rules that did; --kept before the splits exist says what to materialize."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE
+    from platform_assets.parquet_parts import TableSink
+    from platform_assets.schema import DOCUMENTS_SCHEMA
+    from platform_assets.storage import Storage
+
+    (tmp_path / "src").mkdir()
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"storage": {"root": str(tmp_path / "out")},
+                                      "sources": [{"name": "web", "format": "jsonl", "path": str(tmp_path / "src")}]}))
+    storage = Storage(str(tmp_path / "out"))
+    rows = [{"id": f"d{i:02d}", "source": "web", "text": f"page {i} of the crawl", "modality": "text", "uri": f"u{i}",
+             "license": None, "meta": None, "ingested_at": None, "media": None} for i in range(12)]
+    with TableSink(storage, "raw_documents/web", DOCUMENTS_SCHEMA, DEFAULT_IO) as sink:
+        sink.write(pa.Table.from_pylist(rows, schema=DOCUMENTS_SCHEMA))
+    removed = pa.table({"id": [f"d{i:02d}" for i in range(9)], "rule": ["gopher_quality.stop_words"] * 6 +
+                        ["c4.curly_bracket"] * 3, "value": [f"{i} stop words < 2" for i in range(9)],
+                        "bytes": [20] * 9})
+    with storage.staged_dir("cleaned_documents/web") as staged, staged.open_output(EXCLUSIONS_FILE) as f:
+        pq.write_table(removed, f)
+
+    args = ["spot-check", "--rule", "gopher_quality.stop_words", "-n", "4", "--config", str(config)]
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "| id | source | rule | value | text |" and len(table) == 2 + 4
+    assert all("| gopher_quality.stop_words |" in line and "stop words < 2" in line and "of the crawl" in line
+               for line in table[2:])
+    assert main(args) == 0 and capsys.readouterr().out.splitlines() == table  # the same sample again
+    assert main([*args, "--seed", "3"]) == 0 and capsys.readouterr().out.splitlines() != table
+
+    assert main(["spot-check", "--rule", "gopher_repetition", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "no documents removed by 'gopher_repetition'" in err
+    assert "rules with removals: c4.curly_bracket (3), gopher_quality.stop_words (6)" in err
+    assert main(["spot-check", "--kept", "--config", str(config)]) == 1
+    assert "materialize dataset_splits first" in capsys.readouterr().err
