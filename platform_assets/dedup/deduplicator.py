@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, Counts, exclusions_schema
 from platform_assets.dedup.band_buckets import BandBuckets, BucketedNearDedup, ShingleSpill, SpillDir
+from platform_assets.dedup.batch_slices import text_row_slices
 from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
@@ -200,6 +201,10 @@ class Deduplicator:
         self._phashes: list[np.ndarray] = []
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        for piece in text_row_slices(batch, self.settings.slice_bytes):  # same arrays as the whole batch
+            self._add_slice(piece)
+
+    def _add_slice(self, batch: pa.RecordBatch | pa.Table) -> None:
         s = self.settings
         n = batch.num_rows
         if n == 0:

@@ -192,6 +192,10 @@ class DedupSettings(StrictModel):
     """Which member of a duplicate cluster survives; ties are broken by id, then source."""
     quality_column: str = "quality"
     """Numeric column (or `struct.field`) ranked by `keep: highest_quality`; nulls rank last."""
+    slice_bytes: Annotated[int, Field(gt=0)] = 8 * 2**20
+    """Input batches (up to `io.batch_bytes`) are keyed and shingled in consecutive row slices of at
+    most this much text (dedup/batch_slices.py): the text copies that keying makes are per slice, not
+    per batch. Decisions and outputs do not depend on it."""
     incremental: bool = False
     """Deduplicate new documents against the accepted-signature artifact of the previous run
     (accepted documents stay accepted) instead of recomputing over the whole corpus."""

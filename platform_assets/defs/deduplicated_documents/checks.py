@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import IOSettings
+from platform_assets.dedup.batch_slices import text_row_slices
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS, exact_keys
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.stage import DedupStageResult
@@ -34,7 +35,9 @@ def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings, 
     schema = output_schema(storage, rel)
     names = schema.names if schema is not None else []
     columns = ["text", *(["modality"] if "modality" in names else []), *(MEDIA_KEY_COLUMNS if "media" in names else ())]
-    hashes = [exact_keys(b, settings.exact) for b in TableSource(storage, rel, io).batches(columns)]
+    # keyed per slice of `dedup.slice_bytes` of text: the keys' text copies stay per slice, not per batch
+    hashes = [exact_keys(piece, settings.exact) for b in TableSource(storage, rel, io).batches(columns)
+              for piece in text_row_slices(b, settings.slice_bytes)]
     if not hashes:
         return 0
     all_hashes = pa.concat_arrays(hashes)
