@@ -53,6 +53,11 @@ class IOSettings(StrictModel):
     workers: Annotated[int, Field(gt=0)] | None = None
     """Processes for CPU-bound per-batch work (cleaning); None: the cores this process may use. The
     output is byte-identical for any number (batches are cleaned independently, written in order)."""
+    work_bytes: Annotated[int, Field(gt=0)] = 2 * 2**20
+    """CPU-bound Python work (cleaning, its checks) runs on slices of a batch of at most this much
+    payload (text and media bytes), so its memory is bounded by this, not by `batch_bytes`: Python
+    holds ~6-8x a slice's text in objects while cleaning it. Row groups are still cut at
+    `batch_bytes` (the slices' results are put back together), so outputs do not depend on it."""
 
     def worker_count(self) -> int:
         if self.workers is not None:
