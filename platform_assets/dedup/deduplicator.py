@@ -14,16 +14,19 @@ bytes per image document (its phash and row number) for perceptual-hash dedup (i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+__all__ = ["DECISIONS_SCHEMA", "DUPLICATES_SCHEMA", "EXACT", "EXCLUSIONS_SCHEMA", "NEAR", "NEAR_IMAGE", "NEAR_SIMHASH",
+           "DedupCounts", "DedupResult", "Deduplicator", "deduplicate"]
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.contracts import DEFAULT_IO, Counts, exclusions_schema
+from platform_assets.contracts import DEFAULT_IO
 from platform_assets.dedup.band_buckets import BandBuckets, BucketedNearDedup, ShingleSpill, SpillDir
 from platform_assets.dedup.batch_slices import text_row_slices
-from platform_assets.dedup.clusters import UnionFind, cluster_size_histogram, removed_per_source
+from platform_assets.dedup.clusters import UnionFind
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
 from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
@@ -31,142 +34,21 @@ from platform_assets.dedup.keys import exact_keys, near_dedup_texts
 from platform_assets.dedup.lsh_index import LshIndex, lsh_shape
 from platform_assets.dedup.minhash import EMPTY, MinHasher
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
+from platform_assets.dedup.result import (  # re-exported: callers import them from here
+    DECISIONS_SCHEMA,
+    DUPLICATES_SCHEMA,
+    EXACT,
+    EXCLUSIONS_SCHEMA,
+    NEAR,
+    NEAR_IMAGE,
+    NEAR_SIMHASH,
+    DedupCounts,
+    DedupResult,
+)
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.dedup.simhash import SimHasher, signature_words, simhash_near_pass
-
-EXACT = "exact_duplicate"
-NEAR = "near_duplicate"
-NEAR_IMAGE = "near_duplicate_image"  # perceptual hash within dedup.images.max_distance
-NEAR_SIMHASH = "near_duplicate_simhash"  # near.method simhash: fingerprints within simhash.max_distance
-
-DECISIONS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("keep", pa.bool_(), nullable=False),
-        pa.field("rule", pa.string()),  # null, or one of exact_duplicate, near_duplicate(_image, _simhash)
-        pa.field("cluster_id", pa.string(), nullable=False),  # id of the kept member (own id if kept)
-        pa.field("kept_id", pa.string()),
-        pa.field("similarity", pa.float32()),  # to the kept member; 1.0 for exact duplicates
-    ]
-)
-
-DUPLICATES_SCHEMA = pa.schema(
-    [
-        pa.field("cluster_id", pa.string(), nullable=False),
-        pa.field("kept_id", pa.string(), nullable=False),
-        pa.field("kept_source", pa.string(), nullable=False),
-        pa.field("removed_id", pa.string(), nullable=False),
-        pa.field("removed_source", pa.string(), nullable=False),
-        pa.field("similarity", pa.float32(), nullable=False),
-        pa.field("rule", pa.string(), nullable=False),
-        pa.field("kept_in_earlier_run", pa.bool_(), nullable=False),
-    ]
-)
-
-# The shared exclusion columns (value: the similarity as text, "0.8125", or for SimHash the Hamming
-# distance, "2"; bytes: null, dedup never loads the text it removes twice), then which document was
-# kept and the similarity as a number.
-EXCLUSIONS_SCHEMA = exclusions_schema("dedup", (
-    pa.field("kept_id", pa.string(), nullable=False),
-    pa.field("similarity", pa.float64(), nullable=True),
-))
-
-
-@dataclass
-class DedupCounts(Counts):
-    documents: int = 0
-    kept: int = 0
-    removed_exact: int = 0
-    removed_near: int = 0
-    without_shingles: int = 0  # empty or no word characters: only exact dedup applies
-    duplicate_ids: int = 0  # rows whose id appeared before (the same document read twice)
-    removed_against_earlier_runs: int = 0
-    lsh_bands: int = 0
-    lsh_rows: int = 0
-    lsh_queries: int = 0
-    lsh_candidates: int = 0
-    rejected_by_verification: int = 0
-    unknown_candidates: int = 0  # LSH keys without a local signature (other workers, shared Redis)
-    images: int = 0  # image documents with a phash (exact duplicates included)
-    removed_near_image: int = 0
-    image_bands: int = 0
-    image_tables: int = 0  # sorted passes of the band index (one per combination of key bands)
-    image_candidates: int = 0  # pairs the band index proposed (distinct hashes, before the popcount)
-    image_pairs: int = 0  # of those, within max_distance
-    simhash_blocks: int = 0  # near.method simhash: blocks of the 64 bits, and tables (combinations)
-    simhash_tables: int = 0
-
-
-@dataclass
-class DedupResult:
-    decisions: pa.Table  # DECISIONS_SCHEMA, one row per input row, in keep-policy order
-    duplicates: pa.Table  # DUPLICATES_SCHEMA, one row per removed document
-    accepted: AcceptedSignatures  # earlier runs' + this run's kept documents: the next run's input
-    counts: DedupCounts
-    _keep_ids: pa.Array = field(init=False, repr=False)
-    _keep_flag: np.ndarray = field(init=False, repr=False)
-    _cluster: pa.Array = field(init=False, repr=False)
-    _emitted: np.ndarray = field(init=False, repr=False)
-    _excl: pa.Table = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        d = self.decisions
-        # one decision per distinct id (an id read twice is the same document: kept once at most)
-        g = pa.table({"id": d["id"], "keep": d["keep"].cast(pa.int8()), "cid": d["cluster_id"]})
-        g = g.group_by("id", use_threads=False).aggregate([("keep", "max"), ("cid", "first")])
-        self._keep_ids = g["id"].combine_chunks()
-        self._keep_flag = g["keep_max"].to_numpy().astype(bool)
-        self._cluster = g["cid_first"].combine_chunks()
-        self._emitted = np.zeros(len(self._keep_ids), dtype=bool)
-        removed = d.filter(pc.invert(d["keep"]))
-        similarity = removed["similarity"].cast(pa.float64())
-        value = [None if s is None else f"{round((1 - s) * 64)}" if r == NEAR_SIMHASH else f"{s:.4g}"
-                 for s, r in zip(similarity.to_pylist(), removed["rule"].to_pylist(), strict=True)]
-        self._excl = pa.table(
-            {
-                "id": removed["id"],
-                "rule": removed["rule"],
-                "value": pa.array(value, pa.string()),
-                "bytes": pa.nulls(removed.num_rows, pa.int64()),
-                "kept_id": removed["kept_id"],
-                "similarity": similarity,
-            },
-            schema=EXCLUSIONS_SCHEMA,
-        )
-
-    def filter_batch(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
-        """The batch's kept documents, with a `cluster_id` column (the kept member's id).
-
-        Rows may come in any order and batching; an id is emitted once even if read twice.
-        """
-        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        found = pc.index_in(table["id"], value_set=self._keep_ids)
-        if found.null_count:
-            raise ValueError("filter_batch got documents that were not given to add_batch")
-        idx = found.to_numpy(zero_copy_only=False).astype(np.int64)
-        keep = self._keep_flag[idx] & ~self._emitted[idx]
-        rows = np.flatnonzero(keep)
-        _, first = np.unique(idx[rows], return_index=True)  # an id twice in one batch: its first row
-        rows = np.sort(rows[first])
-        self._emitted[idx[rows]] = True
-        kept = table.take(pa.array(rows, pa.int64()))
-        cluster = pc.take(self._cluster, pa.array(idx[rows], pa.int64()))
-        if "cluster_id" in kept.schema.names:
-            kept = kept.drop_columns(["cluster_id"])
-        return kept.append_column(pa.field("cluster_id", pa.string(), nullable=False), cluster)
-
-    def exclusions(self) -> pa.Table:
-        """Removed documents for `_exclusions.parquet`: id, rule, value, bytes, kept_id, similarity."""
-        return self._excl
-
-    def removed_per_source(self) -> pa.Table:
-        return removed_per_source(self.decisions)
-
-    def cluster_size_histogram(self) -> pa.Table:
-        return cluster_size_histogram(self.duplicates)
 
 
 class Deduplicator:
