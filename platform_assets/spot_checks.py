@@ -36,20 +36,22 @@ class SpotCheck:
 
 def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int = 0, source: str | None = None,
                kept: bool = False, stages: tuple[str, ...] = tuple(REMOVALS), per_rule: int | None = None,
-               views: dict[str, tuple[str, str]] | None = None) -> list[SpotCheck]:
+               views: dict[str, tuple[str, str]] | None = None,
+               kept_view: str = "dataset_splits") -> list[SpotCheck]:
     """`n` removed documents whose rule is `rule` or starts with `rule.` (a rule group such as
     `gopher_quality`; None: any rule), from the exclusion tables of `stages` (REMOVALS' keys), at most
-    `per_rule` of each rule; or with `kept` `n` documents of the final split output. `views` narrows
-    what is read (one partition's directories); default: every output under the root."""
+    `per_rule` of each rule; or with `kept` `n` documents of `kept_view` (default the final split
+    output; a stage's own output view for what that stage kept). `views` narrows what is read (one
+    partition's directories); default: every output under the root."""
     con = connect(storage, views or OUTPUT_VIEWS)
     present = registered_views(con)
     excerpt = f"regexp_replace(left(d.text, {EXCERPT_CHARS}), '\\s+', ' ', 'g')"
     order = "md5(CAST($seed AS VARCHAR) || d.id)"
     params: dict[str, object] = {"seed": seed, "n": n, "source": source}
     if kept:
-        if "dataset_splits" not in present:
+        if kept_view not in present:
             return []
-        sql = (f"SELECT d.id, d.source, d.modality, NULL, NULL, {excerpt} FROM dataset_splits d "
+        sql = (f"SELECT d.id, d.source, d.modality, NULL, NULL, {excerpt} FROM {kept_view} d "
                f"WHERE $source IS NULL OR d.source = $source ORDER BY {order} LIMIT $n")
         return [SpotCheck(*row) for row in con.execute(sql, params).fetchall()]
     selects = []

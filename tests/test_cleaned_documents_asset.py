@@ -70,6 +70,10 @@ def test_clean_source_reports_funnel_exclusions_and_passes_gates(tmp_path):
     # the spot check in the UI shows each removed document's rule, value and raw text
     spot = md["spot_checks"].value
     assert all(e["rule"] in spot and e["value"] in spot for e in excl) and "buy now buy now" in spot
+    # and the kept side: all 5 kept documents (fewer than the 10 sampled), none of the removed ones
+    kept_spot = md["spot_checks_kept"].value
+    assert kept_spot.count("| web | kept |") == 5 and "buy now" not in kept_spot
+    assert all(f"`{i[:12]}`" in kept_spot for i in kept["id"].to_pylist())
     assert all(c.passed for c in _checks(result).values())
 
 

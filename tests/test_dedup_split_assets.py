@@ -162,6 +162,8 @@ def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
     # spot checks: removed documents of each rule with their cleaned text
     spot = md["spot_checks"].value
     assert "| exact_duplicate |" in spot and "| near_duplicate |" in spot and spot.count("\n| `") >= 4
+    kept_spot = md["spot_checks_kept"].value  # 10 of the 60 kept, the same 10 on every run
+    assert kept_spot.count(" | kept | ") == 10 and "_duplicate" not in kept_spot
     per_source = {r.data["source"]: r.data["removed"] for r in md["removed_per_source"].value.records}
     assert per_source == {"forum": 2, "web": 2}
     sp = result.asset_materializations_for_node("dataset_splits")[0].metadata

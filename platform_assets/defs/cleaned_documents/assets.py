@@ -56,5 +56,9 @@ def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResou
     sample = spot_check(ctx.storage, n=60, per_rule=3, stages=("cleaning_exclusions",), views={
         "raw_documents": (in_rel, PART_GLOB), "cleaning_exclusions": (ctx.rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
+    # and 10 kept documents by the same hash, with their cleaned text: what the rules let through
+    kept = spot_check(ctx.storage, n=10, kept=True, kept_view="cleaned_documents",
+                      views={"cleaned_documents": (ctx.rel, PART_GLOB)})
+    metadata["spot_checks_kept"] = dg.MetadataValue.md(to_markdown(kept) if kept else "nothing kept")
     checks = evaluate_cleaning_checks(ctx.storage, ctx.rel, funnel, cfg, in_rel, source=source, recipe=recipe)
     return stage_result(ctx, stage, metadata, checks, preview=["id", "lang", "lang_score", "text"])

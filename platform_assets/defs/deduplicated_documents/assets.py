@@ -73,4 +73,7 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     sample = spot_check(storage, n=30, per_rule=3, stages=("dedup_exclusions",), views={
         "cleaned_documents": (UPSTREAM, f"*/{PART_GLOB}"), "dedup_exclusions": (rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
+    kept = spot_check(storage, n=10, kept=True, kept_view="deduplicated_documents",
+                      views={"deduplicated_documents": (rel, PART_GLOB)})
+    metadata["spot_checks_kept"] = dg.MetadataValue.md(to_markdown(kept) if kept else "nothing kept")
     return stage_result(ctx, stage, metadata, evaluate_dedup_checks(storage, rel, stage, cfg.dedup, cfg.io))
