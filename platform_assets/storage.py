@@ -42,10 +42,11 @@ FAULT_KILL_AT_ENV = "PLATFORM_FAULT_KILL_AT"
 """Fault injection for the crash tests (tests/faults/): ``PLATFORM_FAULT_KILL_AT=<point>:<output>``
 SIGKILLs this process when it reaches the named point while writing an output directory equal to or
 under ``<output>`` (``commit-swapped:raw_documents`` matches ``raw_documents/web``). The points, in
-the order a commit passes them: ``staged`` (every file written, no manifest yet), ``manifest-written``
+the order a run passes them: ``writing`` (a file of the output is written and the next one is being
+opened: the run is midway through its output), ``staged`` (every file written, no manifest yet), ``manifest-written``
 (staging complete, nothing renamed), ``commit-swapped`` (new output in place, the old one not yet
 deleted).
-Unset, a point costs one environment lookup per commit."""
+Unset, a point costs one environment lookup per commit and per file a writer opens."""
 
 
 def fault_point(point: str, rel: str) -> None:
@@ -237,7 +238,7 @@ class Storage:
         self._recover(parent, name)
         staging = _join(parent, f".{name}.staging-{secrets.token_hex(6)}")
         self.fs.create_dir(staging, recursive=True)
-        staged = StagedDir(self.fs, staging)
+        staged = StagedDir(self.fs, staging, rel if self.is_local else None)
         try:
             yield staged
             fault_point("staged", rel)
@@ -307,19 +308,34 @@ class Storage:
 class StagedDir:
     """A directory being written; files are named relative to it."""
 
-    def __init__(self, fs: pafs.FileSystem, path: str):
+    def __init__(self, fs: pafs.FileSystem, path: str, fault_rel: str | None = None):
         self.fs = fs
         self.root = path
+        self._fault_rel = fault_rel  # the output's name for the `writing` fault point (local outputs only)
         self.manifest: dict[str, dict[str, object]] = {}  # set when the directory is committed
         # name -> (bytes, sha256) of files hashed as soon as they were complete (see hash_file)
         self._hashed: dict[str, tuple[int, str]] = {}
 
     def path(self, name: str) -> str:
+        if self._fault_rel is not None and os.environ.get(FAULT_KILL_AT_ENV, "").startswith("writing:"):
+            self._die_if_midway()
         full = _join(self.root, name)
         parent = str(PurePosixPath(full).parent)
         if parent != self.root:
             self.fs.create_dir(parent, recursive=True)
         return full
+
+    def _die_if_midway(self) -> None:
+        """The `writing` fault point: fires once a file of the output holds bytes and another is asked for."""
+        for folder, _, files in os.walk(self.root):
+            for file in files:
+                try:
+                    written = os.path.getsize(os.path.join(folder, file)) > 0
+                except OSError:  # renamed or removed by a writer meanwhile
+                    continue
+                if written:
+                    fault_point("writing", self._fault_rel or "")
+                    return
 
     def open_output(self, name: str):
         return self.fs.open_output_stream(self.path(name))

@@ -36,9 +36,10 @@ from platform_assets.defs.dead_runs import fail_dead_runs
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 SIGKILLED = -signal.SIGKILL
-# The points a directory commit passes (storage.FAULT_KILL_AT_ENV), and which complete output a
-# reader finds after a kill there: the previous one until the swap, the new one from the swap on.
-COMMIT_POINTS = (("staged", "old"), ("manifest-written", "old"), ("commit-swapped", "new"))
+# The points a run passes while it writes and commits its output directory (storage.FAULT_KILL_AT_ENV),
+# and which complete output a reader finds after a kill there: the previous one until the swap, the new
+# one from the swap on. `writing` dies midway: one file of the output written, the next being opened.
+COMMIT_POINTS = (("writing", "old"), ("staged", "old"), ("manifest-written", "old"), ("commit-swapped", "new"))
 STAGED_ASSETS = [("raw_documents", "py"), ("cleaned_documents", "kernel"), ("deduplicated_documents", None),
                  ("dataset_splits", None), ("tokenizer", None), ("tokenized_documents", None),
                  ("packed_shards", None)]
@@ -117,6 +118,8 @@ def test_sigkill_at_each_commit_point_then_rerun_gives_the_clean_bytes(chain, as
         # what a reader (or the next asset) lists now: one whole committed output, old or new
         assert not manifest_problems(seen), (point, manifest_problems(seen))
         assert seen == complete[expected], f"after a kill at {point} the output is not the {expected} one"
+        if point == "writing":  # the half-written output exists, hidden from readers until the next run clears it
+            assert any(".staging-" in p for p in _leftovers(out)), _leftovers(out)
     # the swap's kill left the old output under a hidden name (a staging one, cleared on the next open)
     assert [p.split(".staging-")[0] for p in _leftovers(out)] == [f".{out.name}"]
     # what the UI shows without the sweep: the killed runs still "Started", none a success
@@ -142,6 +145,7 @@ def _remote_objects(project) -> dict[str, bytes]:
 VERSION_POINTS = (
     ("dvc", "after:commit", "old"),  # the shards are recorded in dvc.lock, nothing pushed
     ("dvc", "push:3", "old"),  # 3 objects pushed, the 4th half-written under DVC's temporary name
+    ("storage", "writing:dataset_version/_all", "old"),  # pushed; version.json written, the card not yet
     ("storage", "staged:dataset_version/_all", "old"),  # pushed; version.json and card staged
     ("storage", "commit-swapped:dataset_version/_all", "new"),
 )
