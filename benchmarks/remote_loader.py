@@ -166,7 +166,12 @@ def _serve(local: Path, prefix: str) -> tuple[subprocess.Popen, str]:
 
 
 def _dir_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.name.endswith(".json"))
+    """The shard bytes a cache dir holds: index.json files and the folders' ownership marks are bookkeeping
+    outside the budget on both sides (a mark is ~80 bytes a folder)."""
+    from training.data.remote_reader import CACHE_MARK
+
+    return sum(p.stat().st_size for p in root.rglob("*")
+               if p.is_file() and not p.name.endswith(".json") and p.name != CACHE_MARK)
 
 
 def _side(spec: Spec, run_dir: Path, local: str, prefix: str, pipeline) -> Prepared:
