@@ -210,3 +210,31 @@ def test_sensor_and_schedule_leave_sources_their_materializations_already_read(p
     assert _materialize(pipeline, instance, "books").success  # once read, quiet again
     with dg.build_sensor_context(instance=instance, resources={"pipeline": pipeline}) as ctx:
         assert source_files_sensor(ctx).run_requests == []
+
+
+def test_sensor_requests_files_changed_back_again_under_a_new_run_key(pipeline, instance, tmp_path):
+    """Files A (requested, materialized), then B (requested once while its run is pending, then
+    materialized), then A again: A differs from the latest materialization, so it is requested again,
+    under a run key Dagster has not seen (it drops a request whose run key a sensor used before)."""
+    web = tmp_path / "src" / "web" / "a.jsonl"
+    original, stat = web.read_bytes(), web.stat()
+
+    def evaluate(cursor):
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"pipeline": pipeline}) as ctx:
+            result = source_files_sensor(ctx)
+        return [r for r in result.run_requests if r.partition_key == "web"], result.cursor
+
+    first, cursor = evaluate(None)
+    assert len(first) == 1 and _materialize(pipeline, instance, "web").success
+    assert evaluate(cursor)[0] == []
+    web.write_text('{"text": "changed"}\n')
+    changed, cursor = evaluate(cursor)
+    assert len(changed) == 1
+    assert evaluate(cursor)[0] == []  # its run pending: not requested twice
+    assert _materialize(pipeline, instance, "web").success
+    web.write_bytes(original)
+    os.utime(web, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the very files of the first run
+    back, cursor = evaluate(cursor)
+    assert len(back) == 1 and back[0].run_key not in {first[0].run_key, changed[0].run_key}
+    assert back[0].run_key.split("@")[0] == first[0].run_key.split("@")[0]  # the same fingerprint
+    assert evaluate(cursor)[0] == []

@@ -37,13 +37,20 @@ def source_fingerprint(cfg: PipelineConfig, name: str, pipeline: PipelineResourc
     return h.hexdigest()[:16]
 
 
-def materialized_fingerprint(instance: dg.DagsterInstance, name: str) -> str | None:
-    """The fingerprint the latest raw_documents materialization of partition `name` recorded (None:
-    never materialized, or by a version that did not record one)."""
+def latest_materialization(instance: dg.DagsterInstance, name: str) -> tuple[str | None, int | None]:
+    """(fingerprint, event storage id) of the latest raw_documents materialization of partition
+    `name`: (None, None) if never materialized; fingerprint None if by a version that did not record one."""
     result = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=RAW_DOCUMENTS, asset_partitions=[name]), limit=1)
     if not result.records:
-        return None
-    materialization = result.records[0].asset_materialization
+        return None, None
+    record = result.records[0]
+    materialization = record.asset_materialization
     value = materialization.metadata.get(FINGERPRINT_KEY) if materialization is not None else None
-    return value.value if value is not None else None
+    return (value.value if value is not None else None), record.storage_id
+
+
+def materialized_fingerprint(instance: dg.DagsterInstance, name: str) -> str | None:
+    """The fingerprint the latest raw_documents materialization of partition `name` recorded (None:
+    never materialized, or by a version that did not record one)."""
+    return latest_materialization(instance, name)[0]

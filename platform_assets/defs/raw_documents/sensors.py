@@ -8,7 +8,7 @@ import dagster as dg
 
 from platform_assets.config import ConfigError
 from platform_assets.defs.pipeline.jobs import per_source_job
-from platform_assets.defs.raw_documents.fingerprint import materialized_fingerprint, source_fingerprint
+from platform_assets.defs.raw_documents.fingerprint import latest_materialization, source_fingerprint
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 
@@ -32,15 +32,21 @@ def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineR
     requests = []
     for name in cfg.source_names():
         fingerprint = source_fingerprint(cfg, name, pipeline)
-        # already requested by this sensor, or already read by a materialization (any run: CLI, UI,
-        # backfill): nothing to do. Only the data on the instance says the second.
-        if fingerprint is None or cursor.get(name) == fingerprint:
+        if fingerprint is None:
             continue
-        if materialized_fingerprint(context.instance, name) == fingerprint:
-            cursor[name] = fingerprint
+        # Already read by the latest materialization (any run: CLI, UI, backfill): nothing to do.
+        read, materialization_id = latest_materialization(context.instance, name)
+        if read == fingerprint:
             continue
-        cursor[name] = fingerprint
-        requests.append(dg.RunRequest(run_key=f"{name}:{fingerprint}", partition_key=name))
+        # Already requested since that materialization (the run is queued, running, or failed: a
+        # failed run is not retried in a loop): nothing to do until the files or the latest
+        # materialization change. Keyed by both, files changed back to what an older run read (A, B, A)
+        # are requested again, under a run key Dagster has not seen.
+        requested = f"{fingerprint}@{materialization_id}"
+        if cursor.get(name) == requested:
+            continue
+        cursor[name] = requested
+        requests.append(dg.RunRequest(run_key=f"{name}:{requested}", partition_key=name))
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps(cursor, sort_keys=True),
