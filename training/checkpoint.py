@@ -44,6 +44,30 @@ class CheckpointError(RuntimeError):
     """A checkpoint is incomplete, corrupt or does not fit this run; the message says which and why."""
 
 
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed in the filesystem (disk full, quota, file size limit): names the file
+    and says the earlier checkpoints are unchanged. torch.save reports such a failure as "[enforce fail
+    at inline_container.cc] unexpected pos 704 vs 598", with neither the path nor the cause."""
+
+
+class _WriteFailureRecorder:
+    """A file object for torch.save that keeps the OSError its writes raised (torch's C++ writer replaces
+    it by its own RuntimeError)."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh, self.failure = fh, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._fh.write(data)
+        except OSError as err:
+            self.failure = self.failure or err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -68,10 +92,19 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_durable(path: Path, write: Any) -> None:
-    with open(path, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    recorder = None
+    try:
+        with open(path, "wb") as fh:
+            recorder = _WriteFailureRecorder(fh)
+            write(recorder)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except Exception as err:
+        cause = recorder.failure if recorder is not None and recorder.failure else err
+        if isinstance(cause, OSError) and not isinstance(cause, CheckpointWriteError):
+            raise CheckpointWriteError(cause.errno, f"{os.strerror(cause.errno) if cause.errno else cause} "
+                                       f"writing {path}") from cause
+        raise
 
 
 def _write_latest(root: Path, name: str) -> None:
@@ -104,15 +137,22 @@ def save_checkpoint(
     name = step_dir_name(step)
     tmp = root / f"{TEMP_PREFIX}{name}-{os.getpid()}"
     tmp.mkdir()
-    sizes = {}
-    for key, obj in payloads.items():
-        target = tmp / f"{key}.pt"
-        _write_durable(target, lambda fh, obj=obj: torch.save(obj, fh))
-        sizes[target.name] = target.stat().st_size
-    record = {**meta, "format_version": FORMAT_VERSION, "step": step, "files": sizes}
-    # sort_keys: the same state gives the same meta.json bytes.
-    _write_durable(tmp / META_FILE, lambda fh: fh.write(json.dumps(record, indent=1, sort_keys=True).encode()))
-    _fsync_dir(tmp)
+    try:
+        sizes = {}
+        for key, obj in payloads.items():
+            target = tmp / f"{key}.pt"
+            _write_durable(target, lambda fh, obj=obj: torch.save(obj, fh))
+            sizes[target.name] = target.stat().st_size
+        record = {**meta, "format_version": FORMAT_VERSION, "step": step, "files": sizes}
+        # sort_keys: the same state gives the same meta.json bytes.
+        _write_durable(tmp / META_FILE, lambda fh: fh.write(json.dumps(record, indent=1, sort_keys=True).encode()))
+        _fsync_dir(tmp)
+    except CheckpointWriteError as err:
+        # the partial files go at once: on a full disk they hold the space the next save needs
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = [c.step for c in list_checkpoints(root)]
+        raise CheckpointWriteError(err.errno, f"checkpoint step {step}: {err.strerror}; the earlier checkpoints "
+                                   f"(steps {kept}) are unchanged: free space and resume") from err
 
     final = root / name
     if final.exists():  # the same step saved again (e.g. a stop request right after a resume)

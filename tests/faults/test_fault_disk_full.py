@@ -156,3 +156,55 @@ def test_file_size_limit_fails_with_efbig_naming_the_output_and_keeps_previous(t
     assert _tree(root / "raw_documents") == previous
 
     assert _ingest_with_file_limit(config, 64 * 2**20) == {"rows": 500}  # the limit raised: it goes through
+
+
+def _checkpoint_files(root: Path) -> dict[str, str]:
+    return {k: v for k, v in _tree(root).items() if not k.startswith(".")}
+
+
+def test_training_checkpoint_on_a_full_disk_names_the_file_keeps_the_earlier_ones_and_resumes(small_filesystem):
+    import torch
+
+    from training.checkpoint import CheckpointWriteError, list_checkpoints, save_checkpoint
+
+    root = small_filesystem / "checkpoints"
+    save_checkpoint(root, 1, {"model": torch.arange(1000.0)}, {"epoch": 0}, keep_last=2)
+    earlier = _checkpoint_files(root)
+    ballast = small_filesystem / "ballast"
+    free = os.statvfs(small_filesystem).f_bavail * os.statvfs(small_filesystem).f_frsize
+    ballast.write_bytes(b"\0" * (free - 256 * 1024))  # 256 KiB left; the step-2 model is 1.6 MB
+
+    with pytest.raises(CheckpointWriteError) as failure:
+        save_checkpoint(root, 2, {"model": torch.arange(400_000.0)}, {"epoch": 0}, keep_last=2)
+    assert failure.value.errno == errno.ENOSPC
+    message = str(failure.value)
+    # torch alone says "[enforce fail at inline_container.cc] unexpected pos ..."
+    assert "checkpoint step 2: No space left on device writing" in message and "model.pt" in message
+    assert "earlier checkpoints (steps [1]) are unchanged" in message
+    assert _tree(root) == earlier  # step 1 and `latest` byte for byte; the partial step 2 removed
+
+    ballast.unlink()
+    save_checkpoint(root, 2, {"model": torch.arange(400_000.0)}, {"epoch": 0}, keep_last=2)
+    assert [c.step for c in list_checkpoints(root)] == [1, 2]
+    assert torch.equal(torch.load(root / "step-00000002" / "model.pt", weights_only=True), torch.arange(400_000.0))
+
+
+def test_training_checkpoint_over_the_file_size_limit_fails_with_efbig_naming_the_file(tmp_path):
+    root = tmp_path / "checkpoints"
+    script = f"""
+import errno, resource, signal, sys, torch
+from training.checkpoint import CheckpointWriteError, save_checkpoint
+save_checkpoint({str(root)!r}, 1, {{"model": torch.zeros(1000)}}, {{}}, keep_last=2)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))
+try:
+    save_checkpoint({str(root)!r}, 2, {{"model": torch.zeros(200_000)}}, {{}}, keep_last=2)
+except CheckpointWriteError as err:
+    print(err.errno, err)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    code, message = proc.stdout.strip().split(" ", 1)
+    assert int(code) == errno.EFBIG, message
+    assert f"checkpoint step 2: File too large writing {root}/.tmp-step-00000002-" in message, message
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000001"]
