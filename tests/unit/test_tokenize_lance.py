@@ -137,3 +137,21 @@ def test_the_stage_failing_mid_way_leaves_no_writer_thread(storage: Storage, spl
     assert len(calls) == 3
     assert not [t for t in threading.enumerate() if t.name.startswith("lance-write-") and "failed_stage" in t.name
                 and t.is_alive()]
+
+
+def test_a_set_is_fed_to_lance_in_slices_of_a_row_group(storage: Storage):
+    """The write's queue holds QUEUE_RUNS record batches: whole input batches there kept several input
+    batches alive behind the stage (peak RSS grew with the input's batch count); slices bound it."""
+    from platform_assets.tokenize.lance_documents import ROWS_PER_GROUP
+
+    schema = pa.schema([("id", pa.string()), ("input_ids", pa.list_(pa.int32()))])
+    rows = 2 * ROWS_PER_GROUP + 5
+    batch = pa.RecordBatch.from_pylist([{"id": f"d{i}", "input_ids": [i % 7] * 2} for i in range(rows)], schema=schema)
+    with storage.staged_dir("sliced") as staged:
+        with LanceDocumentSets(staged, schema) as sets:
+            sets.add(("train", "web"), batch)
+            write = sets._writes[("train", "web")]  # noqa: SLF001 - the count of record batches handed to Lance
+            assert sets.close() == ["lance/train/web.lance"]
+        assert write.batches == 3  # 1024 + 1024 + 5 rows
+    ds = lance.dataset(storage.path("sliced/lance/train/web.lance"))
+    assert ds.to_table().to_pylist() == batch.to_pylist()
