@@ -79,8 +79,9 @@ class CacheSettings(_Strict):
     dir: str
     """Local directory of the cache (relative to the config file); managed by the loader, one per run."""
     max_bytes: Annotated[int, Field(gt=0)]
-    """Shard bytes held at once over all DataLoader workers (each gets an equal share); must hold one
-    block of `block_shards` shards per source (shuffle: block)."""
+    """Shard bytes held at once by one rank (its main process and DataLoader workers), in its own folder:
+    ranks sharing `dir` on a node need ranks-per-node x max_bytes of disk. Must hold one block of
+    `block_shards` shards per source and what the workers' prefetched micro-batches read (shuffle: block)."""
     prefetch_steps: Annotated[int, Field(ge=0)] = 4
     """Optimizer steps ahead whose shards are downloaded in the background."""
     download_attempts: Annotated[int, Field(ge=1)] = 5

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,8 +269,9 @@ def tokenize_outputs(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
     with TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
-            SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers:
-        lance_sets = LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else None
+            SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers, (
+            LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else nullcontext()) as lance_sets:
+        # a failure below aborts the Lance writes (their threads end, no partial dataset stays)
         source = TableSource(storage, splits_rel, io)
         for batch in source.tracked_batches("tokenize", _with_modality(source, columns)):
             batch = text_documents(batch)

@@ -119,7 +119,7 @@ class PackedLoader(LoaderPosition):
         self.cfg = cfg
         if cfg.cache is not None:  # remote (or cached local) files: fetched into the cache as needed
             self.index, self.reader = open_remote_split(str(cfg.data_dir), cfg.split, cfg.verify, cfg.on_corrupt,
-                                                        cfg.cache)
+                                                        cfg.cache, rank, world_size)
         else:
             self.index = read_shard_index(cfg.data_dir)
             reader = SplitReader
@@ -133,7 +133,8 @@ class PackedLoader(LoaderPosition):
         order = GlobalOrder(self.reader.sizes, self.mixture, cfg.seed, steps * cfg.global_batch_size,
                             block_shuffle_of(self.reader, cfg.shuffle, cfg.block_shards))
         if isinstance(self.reader, CachedSplitReader):
-            check_window(self.reader, self.mixture, cfg.shuffle, cfg.block_shards, cfg.micro_batch_size)
+            check_window(self.reader, self.mixture, cfg.shuffle, cfg.block_shards, self.plan,
+                         cfg.num_workers, group_size(cfg.micro_batch_size, self.index.seq_len))
             self.order = PrefetchingOrder(order, self.reader, self.plan, cfg.cache.prefetch_steps)
         elif cfg.collate == "padded":
             self.reader.check_one_segment_per_sample()
