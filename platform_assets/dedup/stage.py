@@ -28,6 +28,7 @@ from platform_assets.contracts import (
     schema_tag,
 )
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
+from platform_assets.dedup.heap import fix_mmap_threshold
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
@@ -88,6 +89,7 @@ def deduplicate_outputs(
     settings: DedupSettings,
     io: IOSettings = DEFAULT_IO,
 ) -> DedupStageResult:
+    fix_mmap_threshold(settings.malloc_mmap_threshold)  # freed batch temporaries leave RSS (heap.py)
     inputs = [TableSource(storage, d, io) for d in input_dirs]
     schemas = [(i.rel, i.schema) for i in inputs if i.schema is not None]
     if not schemas:

@@ -1,0 +1,33 @@
+"""A fixed glibc mmap threshold for the dedup stage, so freed per-batch temporaries go back to the OS.
+
+glibc serves an allocation of at least M_MMAP_THRESHOLD (128 KiB at start) with its own mmap, unmapped
+on free; but each such free raises the threshold to the freed size (up to 32 MiB on 64-bit), so
+after the first batch the shingle and signature temporaries of every later batch (numpy arrays of
+1-30 MB) come from the heap, and the heap's free holes are kept resident. Measured on 600 MB of text
+in 16 MiB batches (tests/test_dedup_bounded_memory.py's input): RSS grew 330 -> 466 MB over 35
+batches while the live data (Arrow memory 28-30 MB and signatures 4 -> 32 MB) grew 28 MB, and the
+stage ended at 599 MB; with the threshold fixed at 128 KiB, 220 -> 251 MB and 286 MB at the end.
+Setting the threshold with mallopt also turns off the dynamic raise. Arrow's own pool (jemalloc or
+mimalloc) is not affected; only malloc is. A no-op where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+
+
+def fix_mmap_threshold(threshold_bytes: int | None) -> bool:
+    """mallopt(M_MMAP_THRESHOLD, threshold_bytes) for this process; False when not applied (None,
+    or no glibc)."""
+    if threshold_bytes is None:
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl, macOS: no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt(M_MMAP_THRESHOLD, int(threshold_bytes)) == 1
