@@ -266,8 +266,9 @@ def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, bloc
     full permutation reads any shard at any time). Read at once: a micro-batch, or with DataLoader workers
     the (2 x workers + 1) x group micro-batches they may be building (pinned_micro_batches), which the
     main process pins; they cover R global positions, of which source s holds <= ceil(w_s R) + 1 (the
-    mixture's quota), consecutive in its pass: they reach 1 + ceil((n - 1) / B) blocks of B >= block_shards
-    x its smallest shard samples, and a sample past the first block's shards adds at most one shard."""
+    mixture's quota), consecutive in its pass: they reach 1 + ceil((n - 1) / B) blocks of B >= the
+    samples of its block_shards smallest shards (plus a pass's shorter last block), and a sample past
+    the first block's shards adds at most one shard."""
     pinned = pinned_micro_batches(workers, group)
     per_rank = plan.global_batch_size // plan.world_size
     span = pinned * plan.micro_batch_size if plan.world_size == 1 else \
@@ -282,9 +283,13 @@ def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, bloc
             window = len(sizes)
         else:
             samples = min(span, -(-span * mixture.numerators[src] // total) + 1)
-            block_samples = block_shards * min(reader.sets[src].shards[k].samples for k in ks)
-            blocks = 1 + -(-(samples - 1) // block_samples)
-            window = min(blocks * block_shards, block_shards + samples - 1)
+            # every full block holds at least the block_shards smallest shards' samples (a set's short last
+            # shard is in one block only: sizing every block by it inflated the need ~4x on sets of 16-sample
+            # shards ending in a 3-sample one); a pass may end in one block of fewer shards: one block more
+            counts = sorted(reader.sets[src].shards[k].samples for k in ks)
+            block_samples = max(1, sum(counts[:block_shards]))
+            blocks = 1 + -(-(samples - 1) // block_samples) + (1 if len(ks) % block_shards else 0)
+            window = min(blocks * block_shards, block_shards + samples - 1, len(sizes))
         need += sum(sizes[:window])
     if reader.share < need:
         hint = ("shuffle='full' may read any shard at any step, so the cache must hold every shard: use "
