@@ -113,8 +113,13 @@ def deduplicate_outputs(
             seen = pa.concat_arrays([accepted.ids.cast(pa.string()),
                                      *([excluded["id"].combine_chunks()] if excluded is not None else [])])
 
-    def new_batches(columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-        for source in inputs:
+    # the first pass's decisions do not depend on its batching (any order, any batching), so it reads
+    # batches of `dedup.slice_bytes`; the write pass keeps `io.batch_bytes` (one row group per batch)
+    key_io = io.model_copy(update={"batch_bytes": min(io.batch_bytes, settings.slice_bytes)})
+    key_inputs = [TableSource(storage, d, key_io) for d in input_dirs]
+
+    def new_batches(columns: list[str] | None, sources: list[TableSource] = inputs) -> Iterator[pa.RecordBatch]:
+        for source in sources:
             for batch in source.batches(columns):
                 if seen is not None:
                     batch = batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=seen)))
@@ -125,7 +130,8 @@ def deduplicate_outputs(
     rows_in = 0
     # in incremental mode the rows seen before are skipped, so the footers' total would overstate
     total = None if seen is not None else sum(i.num_rows for i in inputs)
-    for batch in tracked_batches(new_batches(_input_columns(schema, settings)), "signatures", total):
+    for batch in tracked_batches(new_batches(_input_columns(schema, settings), key_inputs), "signatures",
+                                 total):
         rows_in += batch.num_rows
         dedup.add_batch(batch)
     result = dedup.finish()

@@ -35,8 +35,9 @@ def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings, 
     schema = output_schema(storage, rel)
     names = schema.names if schema is not None else []
     columns = ["text", *(["modality"] if "modality" in names else []), *(MEDIA_KEY_COLUMNS if "media" in names else ())]
-    # keyed per slice of `dedup.slice_bytes` of text: the keys' text copies stay per slice, not per batch
-    hashes = [exact_keys(piece, settings.exact) for b in TableSource(storage, rel, io).batches(columns)
+    # read and keyed per `dedup.slice_bytes` of text: the text and its copies stay per slice, not per batch
+    key_io = io.model_copy(update={"batch_bytes": min(io.batch_bytes, settings.slice_bytes)})
+    hashes = [exact_keys(piece, settings.exact) for b in TableSource(storage, rel, key_io).batches(columns)
               for piece in text_row_slices(b, settings.slice_bytes)]
     if not hashes:
         return 0
