@@ -6,8 +6,9 @@ slice gives the same arrays, concatenated, as keying it whole. What changes is t
 `texts_to_array` casts the batch's text to large_string (a full copy) once for the exact keys and
 once for near dedup, so a whole `io.batch_bytes` (64 MiB) batch held ~2-3 copies of its text at
 once. Measured on pipeline_scaling's 16x input at --base-mb 8 (5,346 documents, ~40 MB of text in
-one batch): the add_batch phase's RSS rose 104 MB above the stage's start; sliced at 8 MiB, see
-the stage's docstring for the figures after.
+one batch, in-process, jemalloc pool): the first pass peaked at 458 MB RSS; sliced at 8 MiB, 412
+MB, and 361 MB once that pass also reads 8 MiB batches (stage.py). The write pass (~560 MB there,
+one `io.batch_bytes` row group per batch) is now the stage's peak.
 """
 
 from __future__ import annotations
