@@ -338,3 +338,19 @@ def test_shuffle_quality_figures_separate_block_sizes():
     assert shuffle_quality(np.arange(8), [4, 4], 4).same_shard_adjacent == 6 / 7  # storage order: no shuffle
     with pytest.raises(ValueError, match="permutation"):
         shuffle_quality(np.array([0, 0, 1]), [3], 2)
+
+
+def test_window_blocks_are_sized_by_the_smallest_shards_not_the_smallest_shard_alone():
+    from training.data.remote_reader import _blocks_reached
+
+    # 33 samples from equal 16-sample shards in blocks of 2: the last sample of one block, then one whole block
+    assert _blocks_reached([16] * 10, 2, 33) == 2
+    assert _blocks_reached([16] * 10, 2, 34) == 3
+    # a set's short last shard (3 samples) is one block: 30 samples = the last of one block, the short
+    # one, a whole one and 10 of a fourth (sizing every block by the short one said 1 + ceil(29 / 3) = 11)
+    assert _blocks_reached([3, 16, 16, 16, 16], 1, 30) == 4
+    # a pass's shorter last block holds fewer shards: 3 shards in blocks of 2 -> blocks of 2 and 1 shard
+    assert _blocks_reached([10, 10, 10], 2, 22) == 3
+    # more samples than a pass holds: every block, and the next pass's first one
+    assert _blocks_reached([4, 4, 4, 4], 2, 100) == 3
+    assert _blocks_reached([16] * 4, 1, 1) == 1
