@@ -32,3 +32,29 @@ def write_config(tmp_path: Path):
 @pytest.fixture
 def storage(tmp_path: Path) -> Storage:
     return Storage(str(tmp_path / "out"))
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """moto's S3 server on 127.0.0.1 (tests/moto_server.py), one per test module: its URL."""
+    from moto_server import moto_server
+
+    with moto_server() as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    """A fresh bucket on the module's moto server, with the credentials pyarrow and boto3 read from the
+    environment: (boto3 client, bucket name, endpoint URL)."""
+    import time
+
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    bucket = f"b{time.time_ns()}"
+    client.create_bucket(Bucket=bucket)
+    return client, bucket, s3_endpoint

@@ -1,10 +1,8 @@
 """Storage root and sources on S3, against a real S3 endpoint (moto's server on 127.0.0.1)."""
 
 import json
-import time
 
 import pytest
-from moto_server import moto_server
 
 pytestmark = pytest.mark.s3
 
@@ -12,21 +10,6 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with moto_server() as port:
-        yield f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    bucket = f"b{time.time_ns()}"
-    client.create_bucket(Bucket=bucket)
-    return client, bucket, s3_endpoint
 
 
 def test_ingest_from_s3_to_s3_and_query(s3, tmp_path):

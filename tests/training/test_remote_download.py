@@ -4,10 +4,7 @@ bytes, a shard's files fetched together fail together."""
 from __future__ import annotations
 
 import hashlib
-import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
@@ -16,28 +13,15 @@ from training.data.remote_cache import ObjectStore, RemoteChecksumError, RemoteD
 from training.data.shard_index import FileEntry
 
 boto3 = pytest.importorskip("boto3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/moto_server.py
-from moto_server import moto_server  # noqa: E402
 
 pytestmark = pytest.mark.s3
 
 FILES = {"s/tokens.bin": bytes(range(256)) * 4096, "s/seqptr.bin": b"\x01\x02" * 300, "s/mask.bin": b"\x00" * 7}
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with moto_server() as port:
-        yield f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture
-def bucket_url(s3_endpoint, monkeypatch) -> str:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    bucket = f"b{time.time_ns()}"
-    client.create_bucket(Bucket=bucket)
+def bucket_url(s3) -> str:
+    client, bucket, _ = s3
     for rel, data in FILES.items():
         client.put_object(Bucket=bucket, Key=f"set/{rel}", Body=data)
     return f"s3://{bucket}/set"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import stat
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +29,6 @@ from training.data.loader import CacheConfig, LoaderConfig, LoaderConfigError, L
 from training.data.mixture import Mixture
 from training.data.permutation import BlockShuffle, block_permutation, source_permutation
 from training.data.remote_cache import RemoteChecksumError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/moto_server.py
-from moto_server import moto_server  # noqa: E402
 
 SEQ_LEN = 16
 SHARDS = {"a": [7, 5, 9, 6, 8, 4, 7, 6], "b": [10, 3, 8, 5]}  # 2 sources, 12 shards, 88 samples
@@ -232,21 +227,6 @@ def test_window_check_counts_what_dataloader_workers_pin(tmp_path):
 boto3 = pytest.importorskip("boto3")
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with moto_server() as port:
-        yield f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    bucket = f"b{time.time_ns()}"
-    client.create_bucket(Bucket=bucket)
-    return client, bucket, s3_endpoint
 
 
 def upload(client, bucket: str, flat: Path, prefix: str = "shards") -> str:
