@@ -79,3 +79,5 @@ def _check_shard(shard: Any, where: str) -> None:
         _need(info, "path", w, str, "a relative path")
         _need(info, "bytes", w, int, "a count")
         _need(info, "sha256", w, str, "a hex digest")
+        if "inline" in info and not isinstance(info["inline"], str):
+            raise ShardSetError(f"{w}.inline: expected base64 text, got {_short(info['inline'])}")

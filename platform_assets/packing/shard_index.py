@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 from platform_assets.contracts import MANIFEST_FILE, SHARD_INDEX_FILE
 from platform_assets.manifest_file import ManifestError, read_manifest
 from platform_assets.packing.formats import FORMATS, REGISTRY, format_names
+from platform_assets.packing.formats.base import inline_bytes
 from platform_assets.packing.index_shape import check_index_shape
 from platform_assets.packing.samples import (
     ROWS_PER_ROW_GROUP,
@@ -140,6 +141,14 @@ def verify_shards(format_dir: str, fs: pafs.FileSystem | None = None) -> list[st
                 problems.append(f"{rel}: {size} bytes, index says {info['bytes']}")
             if sha != info["sha256"]:
                 problems.append(f"{rel}: sha256 {sha[:12]}..., index says {info['sha256'][:12]}... (corrupt)")
+            try:
+                inline = inline_bytes(info)
+            except ShardSetError as err:
+                problems.append(str(err))
+                inline = None
+            listed_as = (info["bytes"], info["sha256"])
+            if inline is not None and (len(inline), hashlib.sha256(inline).hexdigest()) != listed_as:
+                problems.append(f"{rel}: its inline copy in {INDEX_NAME} differs from the size and sha256 listed")
             if (problem := check_file(index, shard, role, size)) is not None:
                 problems.append(problem)
     for entry in index["sets"]:

@@ -1,6 +1,7 @@
 """Shard writers, the index and verification: each format readable by its own ecosystem's reader, all
 three identical, byte-identical rebuilds, and any flipped byte reported."""
 
+import base64
 import io
 import json
 import shutil
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import webdataset
 
+from platform_assets.packing.formats.flat import INLINE_MAX_BYTES
 from platform_assets.packing.settings import SHARD_FORMATS
 from platform_assets.packing.shard_index import (
     FORMATS,
@@ -239,7 +241,8 @@ def test_any_minor_of_the_format_version_is_read_another_major_refused(written, 
     root, _, _ = written
     for fmt in FORMATS:
         index = load_index(str(root / fmt))
-        assert (index["format_version"], index["format_minor"]) == (1, 1) and "layout" in index
+        assert (index["format_version"], index["format_minor"]) == (1, 2 if fmt == "flat" else 1)
+        assert "layout" in index
         copy = tmp_path / fmt
         shutil.copytree(root / fmt, copy)
         # 1.0: the same files, an index without format_minor and layout; a later minor adds a key
@@ -397,6 +400,33 @@ def test_missing_and_unlisted_files_are_reported(written, tmp_path):
     assert "train/web/shard-00001.parquet: missing" in problems
     assert "train/web/stray.parquet: not listed in the index" in problems
     assert verify_shards(str(tmp_path / "nowhere"))[0].endswith("no index (not a packed shard format directory)")
+
+
+def test_flat_copies_small_segment_tables_into_the_index_and_verify_checks_them(tmp_path):
+    rng = np.random.default_rng(3)
+    _write(tmp_path, {("train", "web"): [_samples(rng, 75, False)]}, has_mask=False, samples_per_shard=70,
+           formats=["flat"])
+    fmt_dir = tmp_path / "packed" / "flat"
+    index = load_index(str(fmt_dir))
+    big, small = index["sets"][0]["shards"]  # 70 samples: a seqptr of 568 bytes; 5 samples: 48 bytes
+    for shard in (big, small):
+        assert "inline" not in shard["files"]["tokens"]
+        for role in ("seqlens", "seqptr"):
+            info = shard["files"][role]
+            raw = (fmt_dir / info["path"]).read_bytes()
+            assert ("inline" in info) == (len(raw) <= INLINE_MAX_BYTES), (shard["name"], role, len(raw))
+            if "inline" in info:
+                assert base64.b64decode(info["inline"]) == raw
+    assert "inline" not in big["files"]["seqptr"] and "inline" in small["files"]["seqptr"]
+    assert verify_shards(str(fmt_dir)) == []
+
+    entry = small["files"]["seqlens"]
+    for bad, problem in ((base64.b64encode(b"\1" * entry["bytes"]).decode(), "inline copy in index.json differs"),
+                         ("%%%", "`inline` is not base64")):
+        entry["inline"] = bad
+        (fmt_dir / "index.json").write_text(json.dumps(index))
+        problems = verify_shards(str(fmt_dir))
+        assert any(entry["path"] in p and problem in p for p in problems), problems
 
 
 def test_vocab_over_65536_uses_uint32(tmp_path):

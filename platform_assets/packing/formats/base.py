@@ -10,6 +10,7 @@ writes one file (or a few) per shard derives from :class:`FilePerShardSetWriter`
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow.fs as pafs
 
-from platform_assets.packing.samples import ShardSamples
+from platform_assets.packing.samples import ShardSamples, ShardSetError
 from platform_assets.storage import StagedDir
 
 
@@ -32,7 +33,19 @@ class SetHeader:
 
 
 FileEntries = dict[str, dict[str, Any]]
-"""role -> {"path": relative to the format directory, "bytes", "sha256"}: one shard's files."""
+"""role -> {"path": relative to the format directory, "bytes", "sha256"[, "inline"]}: one shard's files
+(`inline`: the file's bytes in base64 as well, for small files a remote reader need not fetch: flat.py)."""
+
+
+def inline_bytes(info: dict[str, Any]) -> bytes | None:
+    """A file entry's inline copy (None when it has none); one that is not base64 raises ShardSetError."""
+    text = info.get("inline")
+    if text is None:
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except (TypeError, ValueError) as err:
+        raise ShardSetError(f"{info.get('path')}: `inline` is not base64 ({err})") from None
 
 
 class SetWriter(Protocol):
