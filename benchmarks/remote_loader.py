@@ -96,7 +96,9 @@ def prepare(corpus: Path, run_dir: Path) -> Spec:
     budget = int(os.environ.get("REMOTE_BENCH_TOKENS", TOKENS_DEFAULT))
     shard_samples = int(os.environ.get("REMOTE_BENCH_SHARD_SAMPLES", SHARD_SAMPLES_DEFAULT))
     cache = os.environ.get("REMOTE_BENCH_CACHE")
-    own = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]  # a change here (build_litdata) builds anew
+    own = hashlib.sha256(Path(__file__).read_bytes())  # a change here (build_litdata) builds anew, and one
+    own.update((REPO_ROOT / "platform_assets/packing/formats/flat.py").read_bytes())  # to the flat writer
+    own = own.hexdigest()[:8]
     key = f"{_cache_key(files, budget, tokenizer)}-{shard_samples}-{own}"
     out = Path(cache) / key if cache else run_dir / "input"
     meta = out / "meta.json"
@@ -166,12 +168,13 @@ def _serve(local: Path, prefix: str) -> tuple[subprocess.Popen, str]:
 
 
 def _dir_bytes(root: Path) -> int:
-    """The shard bytes a cache dir holds: index.json files and the folders' ownership marks are bookkeeping
-    outside the budget on both sides (a mark is ~80 bytes a folder)."""
+    """The shard bytes a cache dir holds: index.json files, the folders' ownership marks and the workers' board
+    are bookkeeping outside the budget on both sides (a mark is ~80 bytes a folder, the board 8 a worker)."""
     from training.data.remote_reader import CACHE_MARK
+    from training.data.worker_fetch import BOARD_NAME
 
     return sum(p.stat().st_size for p in root.rglob("*")
-               if p.is_file() and not p.name.endswith(".json") and p.name != CACHE_MARK)
+               if p.is_file() and not p.name.endswith(".json") and p.name not in (CACHE_MARK, BOARD_NAME))
 
 
 def _side(spec: Spec, run_dir: Path, local: str, prefix: str, pipeline) -> Prepared:

@@ -55,5 +55,10 @@ class MicroBatchDataset(IterableDataset):
             return
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        announce = getattr(self.order, "announce", None)  # remote_reader.PrefetchingOrder: the fetcher's board
         for first in range(self.start + worker * self.group, total, workers * self.group):
+            if announce is not None:
+                announce(worker, first)
             yield pack([self.micro_batch(m) for m in range(first, min(first + self.group, total))])
+        if announce is not None:
+            announce(worker, total)

@@ -36,7 +36,6 @@ from training.data.remote_reader import (
     CacheConfig,
     CachedSplitReader,
     PrefetchingOrder,
-    WorkerFetcher,
     block_shuffle_of,
     check_shuffle,
     check_window,
@@ -44,6 +43,7 @@ from training.data.remote_reader import (
 )
 from training.data.shard_index import read_shard_index
 from training.data.shard_reader import ON_CORRUPT, VERIFY_MODES, SkippedShard, SplitReader
+from training.data.worker_fetch import WorkerFetcher
 
 # re-exported: callers and tests import them from here
 __all__ = ["CacheConfig", "LoaderConfig", "LoaderConfigError", "LoaderStateError", "PackedLoader"]
@@ -169,7 +169,8 @@ class PackedLoader(LoaderPosition):
                                     group, self.cfg.pad_to_multiple_of)
         messages = fetcher = None
         if workers and isinstance(self.order, PrefetchingOrder):  # the main process downloads for its workers
-            fetcher = WorkerFetcher(self.order, lambda: (self._epoch, self._micro), workers, group)
+            fetcher = WorkerFetcher(self.order, lambda: (self._epoch, self._micro), self._epoch, self._micro,
+                                    workers, group)
         if workers:
             # Lance's runtime threads are not fork-safe (pylance warns, and a worker forked while one holds a
             # lock can hang): lance workers start from a forkserver, flat ones fork as before; so do cached

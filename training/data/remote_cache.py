@@ -187,10 +187,19 @@ def s3_filesystem(endpoint_url: str | None, region: str, attempts: int) -> pafs.
 
 
 def fetch_verified(store: ObjectStore, entry: FileEntry, root: Path, max_attempts: int) -> None:
-    """Download `entry` to root/entry.path, verified against its sha256 and size, atomically."""
+    """Download `entry` to root/entry.path, verified against its sha256 and size, atomically. A file the
+    index carries inline (small segment tables) is written from there: no request."""
     final = root / entry.path
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
+    if entry.inline is not None:
+        sha = hashlib.sha256(entry.inline).hexdigest()
+        if sha != entry.sha256:  # the index contradicts itself: no download can fix that
+            raise RemoteChecksumError(f"{store.url(entry.path)}: the index's inline copy has sha256 {sha}, its "
+                                      f"entry says {entry.sha256}: the index is corrupt")
+        tmp.write_bytes(entry.inline)
+        os.replace(tmp, final)
+        return
     problem = ""
     for attempt in range(max_attempts):
         if attempt:
@@ -358,8 +367,8 @@ class ShardCache:
 
     def _fetch_files(self, files: Sequence[FileEntry]) -> None:
         """A shard's files at once, one short-lived thread each beyond the first: each is a request round
-        trip of its own (3 sequential GETs took 3x one). The threads end with the call, so none is left
-        holding a lock when the process forks DataLoader workers."""
+        trip of its own (3 sequential GETs took 3x one); those the index carries inline need none. The
+        threads end with the call, so none is left holding a lock when the process forks DataLoader workers."""
         errors: list[BaseException] = []
 
         def fetch(entry: FileEntry) -> None:
@@ -368,10 +377,15 @@ class ShardCache:
             except BaseException as err:  # noqa: BLE001 - raised in the calling thread below
                 errors.append(err)
 
-        others = [threading.Thread(target=fetch, args=(f,), name="shard-file", daemon=True) for f in files[1:]]
+        for entry in files:
+            if entry.inline is not None:  # written from the index: no request, no thread
+                fetch(entry)
+        remote = [f for f in files if f.inline is None]
+        others = [threading.Thread(target=fetch, args=(f,), name="shard-file", daemon=True) for f in remote[1:]]
         for t in others:
             t.start()
-        fetch(files[0])
+        if remote:
+            fetch(remote[0])
         for t in others:
             t.join()
         if errors:

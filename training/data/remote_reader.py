@@ -12,9 +12,9 @@ Layout: <cache.dir>/<index sha256[:16]>/rank-<r>-of-<w>/index.json, and the shar
 <...>/<S>/main, owned by the rank's main process (remote_cache.py): ranks on one node (torchrun) share
 cache.dir, so each has its own folder and its own max_bytes (their evictions would otherwise delete each
 other's shards, and each would count the others' files against its budget). With DataLoader workers, a
-`WorkerFetcher` thread of the main process follows the consumed position, pins and fetches the shards
-of the micro-batches workers may be building and of the next prefetch_steps steps, and workers wait for
-their files (CacheView). Loaders are built on the main process, which prunes what the layout does not
+`WorkerFetcher` thread of the main process (worker_fetch.py) pins and fetches the shards of the groups
+workers are building and prefetches those of the groups they will build, and workers wait for their files
+(CacheView). Loaders are built on the main process, which prunes what the layout does not
 use: build folders of other shard sets and rank folders of another world size, and only folders that
 carry CACHE_MARK (written when the cache creates them): cache.dir may hold anything else.
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import threading
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,9 +36,10 @@ from training.data.global_order import GlobalOrder
 from training.data.loader_position import LoaderConfigError
 from training.data.mixture import Mixture
 from training.data.permutation import SHUFFLES, BlockShuffle
-from training.data.remote_cache import ERROR_MARK, CacheBudgetError, CacheView, ObjectStore, ShardCache
+from training.data.remote_cache import CacheBudgetError, CacheView, ObjectStore, ShardCache
 from training.data.shard_index import INDEX_NAME, FlatIndex, read_flat_index
 from training.data.shard_reader import SplitReader
+from training.data.worker_fetch import WorkerBoard, pinned_micro_batches
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,8 @@ class PrefetchingOrder:
         self.prefetch_steps = prefetch_steps
         self.length = order.length
         self._planned: tuple[int, int] | None = None
+        self.board: WorkerBoard | None = None
+        """Set by worker_fetch.WorkerFetcher while DataLoader workers read for the main process."""
 
     def __len__(self) -> int:
         return self.length
@@ -159,6 +161,14 @@ class PrefetchingOrder:
             parts.append(np.arange(first, first + per, dtype=np.int64))
         ahead = np.concatenate(parts)
         return ahead[ahead < self.length]
+
+    def announce(self, worker: int, first: int) -> None:
+        """In DataLoader worker `worker`: it starts the group of micro-batches from `first` (the epoch's
+        micro-batch count: it has no group left), so the main process may evict its previous group's shards,
+        whose maps are closed first (an unlinked file's blocks stay in use while it is mapped)."""
+        if self.board is not None:
+            self.reader.keep_maps([])
+            self.board.announce(worker, first)
 
     def close(self) -> None:
         """The iteration ended: this process's queued prefetches are not needed (a resume plans anew)."""
@@ -186,88 +196,15 @@ class PrefetchingOrder:
         return src, idx
 
 
-def pinned_micro_batches(workers: int, group: int, prefetch_factor: int = 2) -> int:
-    """Micro-batches whose shards must be local at once: the one read (no workers), or those of the
-    (prefetch_factor x workers + 1) messages of `group` micro-batches DataLoader workers may be building."""
-    return (prefetch_factor * workers + 1) * group if workers else 1
-
-
-class WorkerFetcher:
-    """The main process's downloads for its DataLoader workers (module doc). While the caller takes
-    micro-batch m from message j (`group` micro-batches a message), a DataLoader has asked its workers
-    for messages j+1 .. j+prefetch_factor*W and no later ones (torch sends the next task when it
-    receives one), so workers read only micro-batches in [m, m + (prefetch_factor*W + 1) * group): those
-    shards are pinned (fetched now, never evicted), the next prefetch_steps steps' planned. A failure is
-    written to ERROR_MARK, which the waiting workers raise."""
-
-    POLL_S = 0.002  # how often the consumed position is read (a micro-batch here takes >= 0.1 ms)
-
-    def __init__(self, order: PrefetchingOrder, position, workers: int, group: int, prefetch_factor: int = 2
-                 ) -> None:
-        """position: () -> (epoch, micro-batches consumed), read from the loader."""
-        self.order = order
-        self.position = position
-        self.span = pinned_micro_batches(workers, group, prefetch_factor)
-        self.group = group
-        self.cache = order.reader.process_cache()
-        assert isinstance(self.cache, ShardCache)
-        (self.cache.root / ERROR_MARK).unlink(missing_ok=True)
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self._memo: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (epoch, micro-batch) -> its shards
-        self._thread = threading.Thread(target=self._run, name="shard-fetcher", daemon=True)
-        self._thread.start()
-
-    def _keys(self, epoch: int, first: int, last: int) -> list[tuple[int, int]]:
-        """The shards of micro-batches [first, last), each micro-batch's looked up once: the window slides
-        by one micro-batch at a time, and recomputing all (2W+1) x group of them on each move cost the main
-        process ~40x the work (remote_loader_litdata, 2 workers: 39 micro-batches a move, 300 moves)."""
-        plan = self.order.plan
-        first, last = max(0, first), min(last, plan.micro_batches_per_epoch)
-        keys: list[tuple[int, int]] = []
-        for m in range(first, last):
-            known = self._memo.get((epoch, m))
-            if known is None:
-                known = self._memo[(epoch, m)] = list(dict.fromkeys(
-                    self.order.reader.shard_keys(*self.order.order.samples(epoch, plan.positions(m)))))
-            keys += known
-        return keys
-
-    def _forget_before(self, epoch: int, m: int) -> None:
-        for done in [k for k in self._memo if k < (epoch, m)]:
-            del self._memo[done]
-
-    def _run(self) -> None:
-        seen = None
-        try:
-            while not self._stop.is_set():
-                epoch, m = self.position()
-                if (epoch, m) != seen:
-                    seen = (epoch, m)
-                    self._forget_before(epoch, m)
-                    pinned = self._keys(epoch, m, m + self.span)
-                    ahead = self.order.prefetch_steps * self.order.plan.accumulation_steps
-                    self.cache.plan(pinned + self._keys(epoch, m + self.span, m + self.span + ahead))
-                    self.cache.acquire(pinned)
-                self._stop.wait(self.POLL_S)
-        except BaseException as err:  # noqa: BLE001 - handed to the workers, which raise it in the main process
-            self.error = err
-            (self.cache.root / ERROR_MARK).write_text(f"{type(err).__name__}: {err}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def check_window(reader: CachedSplitReader, mixture: Mixture, shuffle: str, block_shards: int, plan: BatchPlan,
                  workers: int = 0, group: int = 1) -> None:
     """Refuse a budget that cannot hold what one process reads at a time: per source drawn from, the
     largest shards of the blocks its samples read at once may touch (block shuffle), or every shard (a
     full permutation reads any shard at any time). Read at once: a micro-batch, or with DataLoader workers
-    the (2 x workers + 1) x group micro-batches they may be building (pinned_micro_batches), which the
-    main process pins; they cover R global positions, of which source s holds <= ceil(w_s R) + 1 (the
-    mixture's quota), consecutive in its pass: they reach the blocks _blocks_reached counts, and a sample
-    past the first block's shards adds at most one shard."""
+    the (2 x workers + 1) x group micro-batches a DataLoader may have asked them for (pinned_micro_batches),
+    among which they build any W groups at once; they cover R global positions, of which source s holds
+    <= ceil(w_s R) + 1 (the mixture's quota), consecutive in its pass: they reach the blocks _blocks_reached
+    counts, and a sample past the first block's shards adds at most one shard."""
     pinned = pinned_micro_batches(workers, group)
     per_rank = plan.global_batch_size // plan.world_size
     span = pinned * plan.micro_batch_size if plan.world_size == 1 else \

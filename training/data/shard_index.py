@@ -7,9 +7,11 @@ error naming the index file and the key that is wrong, before any .bin file is o
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ READ_FORMATS = ("flat", "flat_varlen", "lance")
 `flat_varlen` (no padding on disk) through np.memmap and its offsets (training/data/flat_varlen_reader.py),
 `lance` through Lance's `take` (training/data/lance_reader.py). The global order does not depend on it."""
 # The major version read. Any `format_minor` of it is read: a minor only adds index keys (1.1 added
-# `layout`, the declaration of the files' columns and encodings) and keys this loader does not know
-# are ignored. A format_version other than this one is refused.
+# `layout`, the declaration of the files' columns and encodings; 1.2 `inline` copies of small files) and
+# keys this loader does not know are ignored. A format_version other than this one is refused.
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 TOKEN_DTYPES: dict[str, type[np.unsignedinteger]] = {"uint16": np.uint16, "uint32": np.uint32}
@@ -43,6 +45,9 @@ class FileEntry:
     """Relative to the index's directory (POSIX separators)."""
     bytes: int
     sha256: str
+    inline: bytes | None = field(default=None, repr=False)
+    """The file's bytes when the index carries them too (format 1.2: small segment tables), so a remote
+    reader need not fetch it; checked against sha256 where it is used, as a download is."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,15 @@ def _file(files: dict[str, Any], kind: str, expected_bytes: int | None, where: s
     if expected_bytes is not None and nbytes != expected_bytes:
         raise ShardIndexError(f"{w}.bytes: {nbytes} does not fit the shard ({expected_bytes} expected from "
                               f"its samples and seq_len)")
-    return FileEntry(path, nbytes, sha)
+    inline = None
+    if "inline" in entry:
+        try:
+            inline = base64.b64decode(_need(entry, "inline", str, w), validate=True)
+        except binascii.Error as err:
+            raise ShardIndexError(f"{w}.inline: not base64 ({err})") from None
+        if len(inline) != nbytes:
+            raise ShardIndexError(f"{w}.inline: {len(inline)} bytes, the entry says {nbytes}")
+    return FileEntry(path, nbytes, sha, inline)
 
 
 def _shard(doc: dict[str, Any], seq_len: int, itemsize: int, has_mask: bool, where: str) -> Shard:
