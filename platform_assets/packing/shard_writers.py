@@ -9,6 +9,7 @@ thread order or dict order: the same samples give the same bytes.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,8 @@ from platform_assets.packing.samples import (
 )
 from platform_assets.packing.shard_index import index_bytes
 from platform_assets.storage import StagedDir
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,17 @@ class ShardGroupWriter:
         if self._shard_counts.samples == self._owner.samples_per_shard:
             self._close_shard()
 
+    def abort(self) -> None:
+        """The stage failed before close: formats that work beside the caller (lance's write thread) stop
+        and drop their partial output; the others' staged files go with the staged directory."""
+        for fmt, writer in self._writers.items():
+            abort = getattr(writer, "abort", None)
+            if abort is not None:
+                try:
+                    abort()
+                except Exception:  # noqa: BLE001 - the stage's own error is the one to raise
+                    log.exception("aborting the %s writer of %s failed", fmt, self._prefix)
+
     def _close_shard(self) -> None:
         name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
         docs = pa.chunked_array(self._shard_runs_docs, pa.string())
@@ -266,6 +280,11 @@ class ShardSetWriter:
             raise ShardSetError(f"shards of {split}/{source} were already written")
         self._groups[key] = ShardGroupWriter(self, split, source)
         return self._groups[key]
+
+    def abort(self) -> None:
+        """Give up every group's writers (a failure before `close`): no write thread outlives the stage."""
+        for key in sorted(self._groups):
+            self._groups[key].abort()
 
     def close(self) -> dict[str, dict]:
         """Close every group and write each format's index.json; returns the indexes by format."""

@@ -195,14 +195,18 @@ def pack_outputs(
     batch_rows = token_batch_rows(io, len(surveyed.row_set), tokens_in)
     with storage.staged_dir(out_rel) as staged:
         writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
-        if streaming:
-            stats, provenance, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header, writer,
-                                                           batch_rows)
-        else:
-            held_max = in_memory_tokens(max_tokens_in_memory, io, surveyed.has_loss_mask)
-            stats, provenance, exclusions = pack_offline(storage, tokenized_rel, surveyed, settings, header, writer,
-                                                         batch_rows, held_max)
-        indexes = writer.close()
+        try:
+            if streaming:
+                stats, provenance, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header,
+                                                               writer, batch_rows)
+            else:
+                held_max = in_memory_tokens(max_tokens_in_memory, io, surveyed.has_loss_mask)
+                stats, provenance, exclusions = pack_offline(storage, tokenized_rel, surveyed, settings, header,
+                                                             writer, batch_rows, held_max)
+            indexes = writer.close()
+        except BaseException:
+            writer.abort()  # lance's write thread must not outlive the failed stage
+            raise
         provenance_table = write_provenance(staged, provenance)
         exclusions_table = pa.concat_tables(exclusions) if exclusions else EXCLUSIONS_SCHEMA.empty_table()
         _check_unique_chunks(provenance_table, exclusions_table)

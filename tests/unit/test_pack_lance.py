@@ -139,3 +139,25 @@ def test_not_byte_identical_so_not_a_default_format(tmp_path):
     for (_, x), (_, y) in zip(_samples(tmp_path / "a" / OUT_REL / "lance"),
                               _samples(tmp_path / "b" / OUT_REL / "lance"), strict=True):
         assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.seqlens, y.seqlens)
+
+
+def test_a_stage_that_fails_mid_write_stops_lance_and_leaves_no_dataset(tmp_path, monkeypatch):
+    import threading
+
+    from platform_assets.packing import shard_writers
+
+    real_close_shard = shard_writers.ShardGroupWriter._close_shard
+    closed = []
+
+    def failing_close_shard(self):
+        if closed:  # the second shard: lance is writing a dataset (its thread started with the first)
+            raise OSError("disk full (injected)")
+        closed.append(self._prefix)
+        real_close_shard(self)
+
+    monkeypatch.setattr(shard_writers.ShardGroupWriter, "_close_shard", failing_close_shard)
+    with pytest.raises(OSError, match="injected"):
+        _run(tmp_path, _documents(), formats=ALL)
+    assert closed, "the failure must come after lance started writing"
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("lance-write-")]
+    assert not list(tmp_path.rglob("*.lance"))
