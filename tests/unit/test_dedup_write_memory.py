@@ -1,0 +1,78 @@
+"""What the dedup write pass and the asset keep resident: a wholly kept batch is written without a
+copy of its text (result.filter_batch), and jemalloc's freed pages go back to the OS while the asset
+runs (heap.arrow_decay; its RSS effect is measured on the stage, see DedupSettings.jemalloc_decay_ms:
+a microbenchmark of one thread's buffers shows none, the stage's reader and writer threads do)."""
+
+import random
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from platform_assets.dedup.deduplicator import Deduplicator
+from platform_assets.dedup.heap import ARROW_JEMALLOC_DECAY_MS, arrow_decay
+from platform_assets.dedup.settings import DedupSettings
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(50_000)}" for _ in range(200)) for _ in range(n)]
+
+
+def _batch(texts: list[str], ids: list[str]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "id": ids, "source": ["web"] * len(ids), "text": pa.array(texts, pa.large_string()),
+        "ingested_at": pa.array([1_700_000_000_000_000 + i for i in range(len(ids))], pa.timestamp("us")),
+    })
+
+
+def _text_buffer(table: pa.Table) -> int:
+    col = table.column("text")
+    assert col.num_chunks == 1
+    return col.chunk(0).buffers()[2].address
+
+
+def test_wholly_kept_batch_is_written_without_a_copy():
+    texts = _texts(40, seed=1)
+    kept_batch = _batch(texts[:20], [f"a{i:02d}" for i in range(20)])
+    # the second batch repeats a text of the first: one row removed, so it is a copy (take)
+    mixed_batch = _batch([*texts[20:39], texts[0]], [f"b{i:02d}" for i in range(20)])
+    dedup = Deduplicator(DedupSettings())
+    dedup.add_batch(kept_batch)
+    dedup.add_batch(mixed_batch)
+    result = dedup.finish()
+    assert result.counts.removed_exact == 1
+
+    kept = result.filter_batch(kept_batch)
+    assert kept.num_rows == 20
+    assert _text_buffer(kept) == kept_batch.column("text").buffers()[2].address  # the batch's own text
+    assert kept["cluster_id"].to_pylist() == kept_batch.column("id").to_pylist()
+
+    partial = result.filter_batch(mixed_batch)
+    assert partial["id"].to_pylist() == [f"b{i:02d}" for i in range(19)]
+    assert _text_buffer(partial) != mixed_batch.column("text").buffers()[2].address
+    # the rows come back in the batch's order, with the same text, whichever way they were selected
+    assert partial["text"].to_pylist() == texts[20:39]
+
+
+def test_arrow_decay_sets_jemalloc_for_the_block_then_restores_arrows_default(monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
+    jemalloc = SimpleNamespace(backend_name="jemalloc")
+    monkeypatch.setattr(pa, "default_memory_pool", lambda: jemalloc)
+    with arrow_decay(0) as applied:
+        assert applied and calls == [0]
+    assert calls == [0, ARROW_JEMALLOC_DECAY_MS] and ARROW_JEMALLOC_DECAY_MS == 1000
+    with pytest.raises(RuntimeError), arrow_decay(250):  # restored when the stage fails too
+        raise RuntimeError("stage failed")
+    assert calls[2:] == [250, 1000]
+
+
+@pytest.mark.parametrize(("backend", "decay_ms"), [("jemalloc", None), ("system", 0), ("mimalloc", 0)])
+def test_arrow_decay_is_a_no_op_unset_or_without_jemalloc(monkeypatch, backend, decay_ms):
+    calls: list[int] = []
+    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
+    monkeypatch.setattr(pa, "default_memory_pool", lambda: SimpleNamespace(backend_name=backend))
+    with arrow_decay(decay_ms) as applied:
+        assert applied is False
+    assert calls == []
