@@ -205,9 +205,10 @@ class DedupSettings(StrictModel):
     jemalloc_decay_ms: Annotated[int, Field(ge=-1)] | None = 0
     """While the asset runs (the stage, its checks and spot checks) under Arrow's default jemalloc pool,
     freed pages go back to the OS after this many ms (dedup/heap.py), then Arrow's 1,000 ms again.
-    Arrow's 1,000 ms kept ~1 s of freed batches resident: on pipeline_scaling's 16x input at
-    --base-mb 16 in 8 MiB batches (10,749 documents) the stage process peaked at 621-678 MB, with 0 at
-    506-523 MB (1x: 402-408 -> 367-369 MB), work 4.9 -> 5.5-5.8 s. `null` leaves jemalloc as it is."""
+    On pipeline_scaling's 16x input at --base-mb 16 in 8 MiB batches (10,749 documents; the stage
+    process alone, rerun 2-3 times each) its peak RSS was 621-678 MB with Arrow's 1,000 ms and 527-539
+    MB with 0 (1x, 629 documents: 402-408 -> 369-371 MB); work 4.6-5.0 s either way. `null` leaves
+    jemalloc as it is."""
     incremental: bool = False
     """Deduplicate new documents against the accepted-signature artifact of the previous run
     (accepted documents stay accepted) instead of recomputing over the whole corpus."""
