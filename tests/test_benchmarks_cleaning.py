@@ -285,3 +285,15 @@ def test_boilerplate_extraction_both_sides(html_corpus: Path, tmp_path: Path):
     assert fig["worst generator's recall"]["ours"] == 100.0
     worst_kept = max(g["boilerplate_kept"] for g in ours["per_generator"].values())
     assert fig["worst generator's boilerplate kept"]["ours"] == pytest.approx(100 * worst_kept)
+
+
+def test_outputs_are_compared_under_the_baselines_language_labels():
+    import pyarrow as pa
+
+    from benchmarks.cleaning_stage import _comparable_kept, _relabel_keys
+
+    kept = pa.table({"id": ["a", "b", "c", "d"], "lang": ["nb", "en", None, "nn"]})
+    assert _comparable_kept(kept).column("lang").to_pylist() == ["no", "en", None, "no"]
+    assert _comparable_kept(kept).column("id").to_pylist() == ["a", "b", "c", "d"]
+    funnel = {"steps": [{"name": "language", "counters": {"lang.nb": 2, "lang.no": 1, "lang.en": 4, "x": 3}}]}
+    assert _relabel_keys(funnel) == {"steps": [{"name": "language", "counters": {"lang.no": 3, "lang.en": 4, "x": 3}}]}
