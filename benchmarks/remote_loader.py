@@ -174,7 +174,8 @@ def _dir_bytes(root: Path) -> int:
     from training.data.worker_fetch import BOARD_NAME
 
     return sum(p.stat().st_size for p in root.rglob("*")
-               if p.is_file() and not p.name.endswith(".json") and p.name not in (CACHE_MARK, BOARD_NAME))
+               if p.is_file() and not p.name.endswith(".json") and p.name != CACHE_MARK
+               and not p.name.startswith(BOARD_NAME))
 
 
 def _side(spec: Spec, run_dir: Path, local: str, prefix: str, pipeline) -> Prepared:

@@ -125,7 +125,24 @@ def test_the_fetcher_pins_the_groups_being_built_and_plans_the_unbuilt_ones(tmp_
         assert set(pinned) == shards(3 * group, 4 * group)  # worker 0 has no group left
     finally:
         fetcher.stop()
-    assert loader.order.board is None and not list((tmp_path / "cache").rglob(BOARD_NAME))
+    assert loader.order.board is None and not list((tmp_path / "cache").rglob(f"{BOARD_NAME}*"))
+
+
+def test_each_iteration_has_its_own_board_and_a_killed_runs_board_is_dropped(tmp_path):
+    fx = build_sets(tmp_path / "flat", SHARDS, SEQ_LEN)
+    cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=10**7)
+    loader = PackedLoader(LoaderConfig(str(fx.flat), cache=cache, num_workers=2, **COMMON))
+    root = loader.reader.process_cache().root
+    stale = root / f"{BOARD_NAME}-999999999-0"  # no process has that pid: a killed run left it
+    stale.write_bytes(bytes(16))
+    first = WorkerFetcher(loader.order, lambda: (-1, 0), 0, 0, workers=2, group=2)
+    assert not stale.exists() and first.board.path.exists()
+    second = WorkerFetcher(loader.order, lambda: (-1, 0), 0, 0, workers=2, group=2)  # a later iteration
+    assert second.board.path != first.board.path and loader.order.board is second.board
+    first.stop()  # the superseded iteration ends late (its generator closed by the garbage collector)
+    assert second.board.path.exists() and loader.order.board is second.board
+    second.stop()
+    assert loader.order.board is None and not list(root.glob(f"{BOARD_NAME}*"))
 
 
 def test_workers_read_through_a_board_and_give_the_in_process_batches(tmp_path):
@@ -136,4 +153,4 @@ def test_workers_read_through_a_board_and_give_the_in_process_batches(tmp_path):
     cache = CacheConfig(dir=str(tmp_path / "cache"), max_bytes=budget)
     loader = PackedLoader(LoaderConfig(str(fx.flat), cache=cache, num_workers=2, **COMMON))
     assert_same_batches(take(loader), want)
-    assert not list((tmp_path / "cache").rglob(BOARD_NAME))  # removed when the iteration ended
+    assert not list((tmp_path / "cache").rglob(f"{BOARD_NAME}*"))  # removed when the iteration ended

@@ -22,6 +22,7 @@ workers raise.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Hashable
@@ -32,7 +33,10 @@ import numpy as np
 from training.data.remote_cache import ERROR_MARK, ShardCache
 
 BOARD_NAME = "WORKER_BOARD"
+"""Boards are `<BOARD_NAME>-<pid>-<n>`: one per iteration with workers, so an earlier iterator's fetcher
+that stops late (a superseded generator closed by the garbage collector) removes its own board only."""
 NOT_STARTED = -1
+_BOARDS = itertools.count()
 
 
 def pinned_micro_batches(workers: int, group: int, prefetch_factor: int = 2) -> int:
@@ -98,7 +102,11 @@ class WorkerFetcher:
         self.cache = order.reader.process_cache()
         assert isinstance(self.cache, ShardCache)
         (self.cache.root / ERROR_MARK).unlink(missing_ok=True)
-        self.board = WorkerBoard.create(self.cache.root / BOARD_NAME, workers)
+        for stale in self.cache.root.glob(f"{BOARD_NAME}-*"):  # left by a killed run: this rank's folder is
+            if not stale.name.startswith(f"{BOARD_NAME}-{os.getpid()}-"):  # one main process's at a time
+                stale.unlink(missing_ok=True)
+        board_path = self.cache.root / f"{BOARD_NAME}-{os.getpid()}-{next(_BOARDS)}"
+        self.board = WorkerBoard.create(board_path, workers)
         order.board = self.board  # set before the DataLoader pickles the dataset (and the order) for workers
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -158,5 +166,6 @@ class WorkerFetcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.order.board = None
+        if self.order.board is self.board:  # a later iteration's fetcher may have put its own there
+            self.order.board = None
         self.board.remove()
