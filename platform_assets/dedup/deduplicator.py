@@ -79,10 +79,12 @@ class Deduplicator:
         elif near.enabled and near.verify == "exact":
             self._store = ShingleStore()
         self._rows = 0
+        self._finished = False
         self._image_rows: list[np.ndarray] = []  # row numbers of image documents with a phash
         self._phashes: list[np.ndarray] = []
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self._check_open()
         for piece in text_row_slices(batch, self.settings.slice_bytes):  # same arrays as the whole batch
             self._add_slice(piece)
 
@@ -124,6 +126,8 @@ class Deduplicator:
                 self._buckets.add(first + a, sigs, shingles.counts > 0)
 
     def finish(self) -> DedupResult:
+        self._check_open()
+        self._finished = True
         s = self.settings
         n_prior = len(self.prior)
         ids = _concat(self._ids, pa.string())
@@ -132,8 +136,12 @@ class Deduplicator:
         n = len(ids)
         sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32)
         n_sh = np.concatenate(self._n_shingles) if self._n_shingles else np.empty(0, np.int32)
+        prio = _concat(self._prio, pa.float64())
+        # the per-slice pieces are copied into the arrays above: released now, not when the caller drops
+        # this object (the stage keeps it through the write pass: 512 B of signature per document twice)
+        self._ids, self._sources, self._hashes, self._sigs, self._n_shingles, self._prio = [], [], [], [], [], []
         counts = DedupCounts(documents=n, without_shingles=int((n_sh == 0).sum()) if s.near.enabled else n)
-        order = priority_order(_concat(self._prio, pa.float64()), ids, sources, s.keep)
+        order = priority_order(prio, ids, sources, s.keep)
         rank = ranks(order)
 
         # every link goes from a removed row to the (global) index of the document it duplicates
@@ -147,6 +155,7 @@ class Deduplicator:
             self.close()
         image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
         phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
+        self._image_rows, self._phashes = [], []
         counts.images = len(image_rows)
         if s.images.enabled and len(image_rows):
             self._image_links(image_rows, phashes, rank, links, counts)
@@ -176,6 +185,11 @@ class Deduplicator:
         counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
         return DedupResult(decisions, duplicates, accepted, counts)
 
+    def _check_open(self) -> None:
+        if self._finished:
+            raise RuntimeError("this Deduplicator has finished: its per-document state is released; "
+                               "start a new one to deduplicate again")
+
     def close(self) -> None:
         """Remove the spill files (storage: disk); finish() does it, a caller that gives up may."""
         if self._spill is not None:
@@ -183,6 +197,7 @@ class Deduplicator:
                 self._store.close()
             self._spill.close()
             self._spill = None
+        self._store = self._buckets = None  # `verify: exact` in memory held 4 B per shingle of the run
 
     def _exact_links(self, hashes: pa.Array, order: np.ndarray, rank: np.ndarray, links: _Links) -> None:
         """Same normalised text: link to the best-ranked row, or to an earlier run's document."""

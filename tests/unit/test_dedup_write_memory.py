@@ -76,3 +76,21 @@ def test_arrow_decay_is_a_no_op_unset_or_without_jemalloc(monkeypatch, backend, 
     with arrow_decay(decay_ms) as applied:
         assert applied is False
     assert calls == []
+
+
+def test_finish_releases_the_per_document_pieces_and_refuses_reuse():
+    texts = _texts(30, seed=2)
+    batch = _batch([*texts, texts[3]], [f"d{i:02d}" for i in range(31)])
+    dedup = Deduplicator(DedupSettings())
+    dedup.add_batch(batch.slice(0, 15))
+    dedup.add_batch(batch.slice(15))
+    assert len(dedup._sigs) == 2 and len(dedup._ids) == 2
+    result = dedup.finish()
+    assert result.counts.documents == 31 and result.counts.removed_exact == 1
+    assert result.accepted.signatures.shape == (30, 128)  # what the artifact needs stays with the result
+    # the stage keeps the Deduplicator through the write pass: its signature pieces must not stay too
+    assert (dedup._sigs, dedup._ids, dedup._hashes, dedup._prio, dedup._store) == ([], [], [], [], None)
+    with pytest.raises(RuntimeError, match="finished"):
+        dedup.add_batch(batch)
+    with pytest.raises(RuntimeError, match="finished"):
+        dedup.finish()
