@@ -121,3 +121,27 @@ def test_spot_check_command_prints_the_sample_or_says_which_rules_removed_someth
     assert "rules with removals: c4.curly_bracket (3), gopher_quality.stop_words (6)" in err
     assert main(["spot-check", "--kept", "--config", str(config)]) == 1
     assert "materialize dataset_splits first" in capsys.readouterr().err
+
+
+def test_spot_check_excerpts_are_cut_as_duckdb_cut_them(tmp_path):
+    """The excerpts come from a second, Arrow pass (bounded memory): the same text DuckDB's
+    regexp_replace(left(text, 240), '\\s+', ' ', 'g') gave when one query cut them."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from platform_assets.spot_checks import spot_check
+    from platform_assets.storage import Storage
+
+    texts = ["a\u00a0b \v c\t\n\fd  e", "é" * 300 + " tail", "  lead\r\nx", "日本語\u3000テキスト " * 40, None]
+    out = tmp_path / "cleaned_documents" / "web"
+    out.mkdir(parents=True)
+    ids = [f"doc-{i}" for i in range(len(texts))]
+    pq.write_table(pa.table({"id": ids, "source": ["web"] * len(ids), "modality": ["text"] * 4 + ["image"],
+                             "text": pa.array(texts, pa.string())}), out / "part-00000.parquet")
+    got = spot_check(Storage(str(tmp_path)), n=10, kept=True, kept_view="cleaned_documents")
+    assert sorted(c.id for c in got) == ids
+    want = dict(duckdb.sql("SELECT id, regexp_replace(left(text, 240), '\\s+', ' ', 'g') FROM "
+                           f"read_parquet('{out}/part-00000.parquet')").fetchall())
+    assert {c.id: c.excerpt for c in got} == want
+    assert want["doc-4"] is None and "\u00a0" in want["doc-0"] and len(want["doc-1"]) == 240
