@@ -11,6 +11,9 @@ from platform_assets.stats.histograms import tokenized_length_stats
 from platform_assets.stats.report import histograms_markdown, lengths_json
 from platform_assets.tokenize.stage import tokenize_outputs
 
+LOSS_CHECK_EXAMPLES = 10
+"""Rows named in chat_documents_have_loss_tokens' metadata; the rest are counted only."""
+
 TOKENIZED_CHECKS = [
     dg.AssetCheckSpec("every_split_has_tokens", asset="tokenized_documents", blocking=True,
                       description="Each split present in dataset_splits produced tokens (a broken template or "
@@ -49,33 +52,40 @@ def tokenized_documents(context: dg.AssetExecutionContext, pipeline: PipelineRes
     metadata["length_histograms"] = dg.MetadataValue.json(lengths_json(lengths))
     splits_in = _splits_in(storage)
     empty = sorted(s for s in splits_in if not any(x["split"] == s and x["tokens"] > 0 for x in result.sets))
-    no_loss = _rows_without_loss_tokens(storage, rel)
+    no_loss, no_loss_examples = _rows_without_loss_tokens(storage, rel)
     return stage_result(
         ctx, result, metadata,
         checks=[
             dg.AssetCheckResult(check_name="every_split_has_tokens", passed=not empty,
                                 metadata={"splits": ", ".join(sorted(splits_in)), "empty": ", ".join(empty) or "none"}),
             dg.AssetCheckResult(check_name="chat_documents_have_loss_tokens", passed=not no_loss,
-                                metadata={"rows_without_loss_tokens": len(no_loss),
-                                          "examples": ", ".join(no_loss[:10]) or "none",
+                                metadata={"rows_without_loss_tokens": no_loss,
+                                          "examples": ", ".join(no_loss_examples) or "none",
                                           "chat_chunks_dropped_for_lack_of_assistant_tokens":
                                               result.stats.dropped_chunks}),
         ],
     )
 
 
-def _rows_without_loss_tokens(storage, rel: str) -> list[str]:
-    """`id#chunk` of output rows whose loss mask counts nothing (re-read: an independent check)."""
+def _rows_without_loss_tokens(storage, rel: str) -> tuple[int, list[str]]:
+    """How many output rows have a loss mask that counts nothing, and the `id#chunk` of the first
+    LOSS_CHECK_EXAMPLES (re-read: an independent check). Counted per batch, not gathered: a broken
+    template zeroes every chat row, and a list of all their ids grew with the input (the check's
+    metadata showed 10 of them)."""
     import pyarrow.compute as pc
 
     from platform_assets.parquet_parts import read_batches
 
-    bad: list[str] = []
+    count, examples = 0, []
     for batch in read_batches(storage, rel, ["id", "chunk", "loss_tokens"]):
         zero = batch.filter(pc.equal(batch.column("loss_tokens"), 0))
-        bad += [f"{i}#{c}" for i, c in zip(zero.column("id").to_pylist(), zero.column("chunk").to_pylist(),
-                                           strict=True)]
-    return bad
+        count += zero.num_rows
+        room = LOSS_CHECK_EXAMPLES - len(examples)
+        if room > 0 and zero.num_rows:
+            head = zero.slice(0, room)
+            examples += [f"{i}#{c}" for i, c in zip(head.column("id").to_pylist(), head.column("chunk").to_pylist(),
+                                                    strict=True)]
+    return count, examples
 
 
 def _splits_in(storage) -> set[str]:
