@@ -1,0 +1,73 @@
+"""benchmarks/pipeline_end_to_end.py through the harness, both sides, on a tiny corpus written here:
+the repository's real prose sample (text) and the platform's own modules (code), ~0.2 MB, with a
+byte-level BPE tokenizer trained here (no ../shared, no /work/corpus, nothing downloaded). The ours
+side runs 9 asset processes, each loading Dagster's definitions: ~1 minute on a quiet core, hence slow."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+pytest.importorskip("datatrove")
+pytest.importorskip("nltk")
+
+from benchmarks import harness  # noqa: E402
+from benchmarks import pipeline_end_to_end as e2e  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _write_corpus(root: Path) -> None:
+    with gzip.open(REPO_ROOT / "sample_data" / "real_docs.jsonl.gz", "rt") as f, \
+            open(root / "text_000.jsonl", "w") as out:
+        for i, line in enumerate(f):
+            out.write(json.dumps({"id": f"text-{i}", "kind": "text", "text": json.loads(line)["text"]},
+                                 ensure_ascii=False) + "\n")
+    with open(root / "code_000.jsonl", "w") as out:
+        paths = [p for p in sorted((REPO_ROOT / "platform_assets").rglob("*.py")) if p.read_text().strip()]
+        for i, path in enumerate(paths):
+            out.write(json.dumps({"id": f"code-{i}", "kind": "code", "text": path.read_text()}) + "\n")
+
+
+def _write_tokenizer(corpus: Path, path: Path) -> None:
+    """A GPT-2-shaped byte-level BPE (EOS <|endoftext|>), trained on the corpus: no download."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    texts = [json.loads(line)["text"] for f in sorted(corpus.glob("*.jsonl")) for line in f.open()]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=[e2e.EOS],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(path))
+
+
+def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _write_corpus(corpus)
+    _write_tokenizer(corpus, tmp_path / "tokenizer.json")
+    monkeypatch.setenv("E2E_TOKENIZER", str(tmp_path / "tokenizer.json"))
+    monkeypatch.setenv("E2E_BENCH_MB", "0.2")
+    result = harness.run_benchmark(harness.get_benchmark("pipeline_end_to_end"), corpus, work_root=tmp_path / "w")
+    rows = {row["metric"]: row for row in result["summary"]}
+    assert 0.1 < rows["input"]["ours"] == rows["input"]["peer"] < 0.4
+    for side in harness.SIDES:
+        rec = result["records"][side][0]
+        assert rec["cpu_seconds"] > 0 and rec["seconds"] > 0 and rec["peak_rss_bytes"] > 10 * harness.MB
+        assert rec["documents_kept"] > 0 and rec["tokens_written"] > rec["documents_kept"]
+        assert rows["throughput per core"][side] == pytest.approx(
+            result["spec"]["input_bytes"] / harness.MB / rec["cpu_seconds"])
+    throughput = rows["throughput per core"]
+    assert throughput["ratio"] == pytest.approx(throughput["ours"] / throughput["peer"])
+    (target,) = result["targets"]
+    assert target["met"] == (throughput["ratio"] >= e2e.TARGET_RATIO)
+    # ours' figures come from its own stage records, not from the peer's
+    assert [s["stage"].split("[")[0] for s in result["records"]["ours"][0]["stages"]][-1] == "packed_shards"
