@@ -118,7 +118,12 @@ class LeakageChecker:
         self._ids: list[pa.Array] = []
         self._splits: list[pa.Array] = []
         self._hashes: list[pa.Array] = []
-        self._sigs: list[np.ndarray] = []
+        # signatures go to a spill file and are read back as a memmap: num_perm values per document
+        # (128 x 8 B = 1 KB) held in a list plus np.concatenate's copy grew with the input
+        self._sig_path = None
+        self._sig_file = None
+        self._sig_dtype: np.dtype | None = None
+        self._sig_width = 0
         # On disk, as dedup's `disk` index (dedup/band_buckets.py): each document's LSH band values go
         # to bucket files and only values two documents share are grouped in finish(); shingles for
         # exact verification are spilled and read back for candidates only. In memory these were 4 B
@@ -127,6 +132,9 @@ class LeakageChecker:
         self._buckets = BandBuckets(self._spill.path, *lsh_shape(near), near.storage.partitions) \
             if self._spill is not None else None
         self._store = ShingleSpill(self._spill.path) if self._spill is not None and near.verify == "exact" else None
+        if self._spill is not None:
+            self._sig_path = self._spill.path / "signatures.bin"
+            self._sig_file = open(self._sig_path, "wb")  # noqa: SIM115 -- closed by _near() / close()
         self._rows = 0
         self._image_rows: list[np.ndarray] = []
         self._phashes: list[np.ndarray] = []
@@ -150,7 +158,10 @@ class LeakageChecker:
             for a, b in compute_in_slices(text):
                 sh = shingle_hashes(text[a:b], self.near.shingles)
                 sigs = self.minhasher.signatures(sh)
-                self._sigs.append(sigs)
+                assert self._sig_file is not None
+                sigs = np.ascontiguousarray(sigs)
+                self._sig_dtype, self._sig_width = sigs.dtype, sigs.shape[1]
+                sigs.tofile(self._sig_file)
                 self._buckets.add(first_row + a, sigs, sh.counts > 0)
                 if self._store is not None:
                     self._store.add(sh)
@@ -163,6 +174,9 @@ class LeakageChecker:
 
     def close(self) -> None:
         """Remove the spill files (finish() does; call it when a check stops before finishing)."""
+        if self._sig_file is not None:
+            self._sig_file.close()
+            self._sig_file = None
         if self._store is not None:
             self._store.close()
         if self._spill is not None:
@@ -222,7 +236,11 @@ class LeakageChecker:
         return pa.table(out, schema=EXACT_LEAKS_SCHEMA), len(leaking)
 
     def _near(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
-        sigs = np.concatenate(self._sigs)
+        assert self._sig_file is not None and self._sig_path is not None
+        self._sig_file.close()
+        self._sig_file = None
+        sigs = np.memmap(self._sig_path, dtype=self._sig_dtype, mode="r", shape=(self._rows, self._sig_width)) \
+            if self._rows and self._sig_dtype is not None else np.zeros((0, 1), dtype=np.uint64)
         split_codes = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)
         assert self._buckets is not None, "near checks bucket every document's bands"
         # (row, key) for every LSH band value two or more documents hold: a validation/test row's
@@ -238,7 +256,6 @@ class LeakageChecker:
         for doc, key in zip(docs[eval_rows].tolist(), keys[eval_rows].tolist(), strict=True):
             if key in train_of_key:
                 keys_of_row.setdefault(doc, []).append(key)
-        id_list = ids.to_pylist()
         out: dict[str, list] = {f.name: [] for f in NEAR_LEAKS_SCHEMA}
         leaking = candidates = 0
         for row in sorted(keys_of_row):
@@ -260,7 +277,7 @@ class LeakageChecker:
             for c, sim in zip(cand[hit].tolist(), sims[hit].tolist(), strict=True):
                 if len(out["train_id"]) < self.settings.max_pairs_reported:
                     for k, v in zip(
-                        out, (id_list[c], id_list[row], SPLIT_NAMES[split_codes[row]], sim), strict=True
+                        out, (ids[c].as_py(), ids[row].as_py(), SPLIT_NAMES[split_codes[row]], sim), strict=True
                     ):
                         out[k].append(v)
         return pa.table(out, schema=NEAR_LEAKS_SCHEMA), leaking, candidates
