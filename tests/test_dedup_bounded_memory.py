@@ -3,7 +3,7 @@ than the process's memory limit are deduplicated under `setrlimit(RLIMIT_DATA)` 
 (`io.batch_bytes`: what one batch costs is bounded by it, not by the input), with planted exact
 and near duplicates that must all be found.
 
-With `dedup.malloc_mmap_threshold: null` (glibc's dynamic threshold, dedup/heap.py) this input fails
+With `dedup.malloc_mmap_threshold: null` (glibc's dynamic threshold, platform_assets/heap.py) this input fails
 under the limit (a 32 MB malloc refused). The batch is keyed and shingled in `dedup.slice_bytes`
 slices (dedup/batch_slices.py); what grows
 with the input is ~600 B per document (id, source, text hash, the 512 B signature) and the band

@@ -28,10 +28,10 @@ from platform_assets.contracts import (
     schema_tag,
 )
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
-from platform_assets.dedup.heap import fix_mmap_threshold
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_store import AcceptedSignatures
+from platform_assets.heap import fix_mmap_threshold
 from platform_assets.output_lock import BasedOn
 from platform_assets.parquet_parts import TableSink, TableSource
 from platform_assets.progress import tracked_batches

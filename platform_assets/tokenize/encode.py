@@ -39,11 +39,11 @@ import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from platform_assets.contracts import Counts
+from platform_assets.heap import release_freed_heap
 from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
 from platform_assets.tokenize.conversations import Invalid, chat_candidates, parse_conversation
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
-from platform_assets.tokenize.heap import release_freed_heap
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from platform_assets.dedup.deduplicator import Deduplicator
-from platform_assets.dedup.heap import ARROW_JEMALLOC_DECAY_MS, arrow_decay
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.heap import ARROW_JEMALLOC_DECAY_MS, arrow_decay
 
 
 def _texts(n: int, seed: int) -> list[str]:

@@ -7,7 +7,7 @@ import platform
 import psutil
 import pytest
 
-from platform_assets.tokenize import heap
+from platform_assets import heap
 
 pytestmark = pytest.mark.skipif(platform.system() != "Linux" or heap._MALLOC_TRIM is None,
                                 reason="malloc_trim is glibc's")

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from platform_assets.dedup.heap import arrow_decay
 from platform_assets.defs.dataset_splits.checks import SPLIT_CHECKS, evaluate_split_checks
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, StageContext, run_stage, stage_context, stage_result
+from platform_assets.heap import arrow_decay
 from platform_assets.splits.stage import split_outputs
 from platform_assets.stats.report import labels_markdown, strata_markdown
 

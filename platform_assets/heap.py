@@ -1,0 +1,91 @@
+"""The process's memory allocators, tuned where a stage's measured peak called for it: glibc's heap and
+Arrow's jemalloc pool. One module for the three knobs; each stage uses the ones it measured a gain from.
+
+- `release_freed_heap` (tokenize, after each batch): malloc_trim. A slice's Encoding objects are
+  millions of small allocations (~71 bytes a token) that glibc keeps in its arenas once freed,
+  fragmented, so each batch's RSS stacked on the last: tokenize's peak on the pipeline_scaling 16x
+  input (base 16 MB, 64 MiB batches) was 1,060 MiB in-process, 815 MiB with a trim after each batch;
+  a few ms a batch.
+- `fix_mmap_threshold` (dedup, under Arrow's system pool only). glibc serves an allocation of at least
+  M_MMAP_THRESHOLD (128 KiB at start) with its own mmap, unmapped on free; but each such free raises
+  the threshold to the freed size (up to 32 MiB on 64-bit), so after the first batch the shingle and
+  signature temporaries of every later batch (numpy arrays of 1-30 MB) come from the heap, whose free
+  holes stay resident. On 600 MB of text in 16 MiB batches (tests/test_dedup_bounded_memory.py's
+  input) RSS grew 330 -> 466 MB over 35 batches while the live data grew 28 MB, and the stage ended at
+  599 MB; with the threshold fixed at 128 KiB, 220 -> 251 MB and 286 MB at the end (mallopt also turns
+  off the dynamic raise). Under the default jemalloc pool it bought nothing and cost time
+  (pipeline_scaling 16x at --base-mb 8 in 2 MiB batches: peak 543 MB before, 553 with it, 546 without;
+  work 2.5 -> 3.7 s, the page faults of every large temporary), so it applies under the system pool.
+- `arrow_decay` (dedup and dataset_splits, around the whole asset). Arrow's jemalloc is built with
+  `dirty_decay_ms:1000`: freed pages stay resident up to ~1 s. Decay 0 cut dedup's peak on
+  pipeline_scaling's 16x input (DedupSettings.jemalloc_decay_ms has the figures) and the split pass's
+  (SplitSettings.jemalloc_decay_ms). pyarrow's setter changes `arenas.dirty_decay_ms` and
+  `arenas.muzzy_decay_ms`, the defaults of arenas created afterwards; a microbenchmark of 128 freed
+  1 MiB buffers keeps the same RSS either way, so the gain is what was measured on the stages (their
+  reader, writer and DuckDB threads), its mechanism not pinned down further.
+
+glibc's knobs are no-ops where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pyarrow as pa
+
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+# what Arrow's bundled jemalloc is built with (its malloc_conf: "oversize_threshold:0,
+# dirty_decay_ms:1000,muzzy_decay_ms:1000,background_thread:true"); pyarrow cannot read it back
+ARROW_JEMALLOC_DECAY_MS = 1000
+
+
+def fix_mmap_threshold(threshold_bytes: int | None) -> bool:
+    """mallopt(M_MMAP_THRESHOLD, threshold_bytes) for this process when Arrow's default pool is the
+    system allocator; False when not applied (None, another Arrow pool, or no glibc)."""
+    if threshold_bytes is None or pa.default_memory_pool().backend_name != "system":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl, macOS: no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt(M_MMAP_THRESHOLD, int(threshold_bytes)) == 1
+
+
+@contextmanager
+def arrow_decay(decay_ms: int | None) -> Iterator[bool]:
+    """Within the block, jemalloc (Arrow's pool) returns freed pages to the OS after `decay_ms`
+    (0: at once, -1: never); afterwards Arrow's built-in 1,000 ms again. Yields whether it applied:
+    False for None or another Arrow pool (system, mimalloc)."""
+    if decay_ms is None or pa.default_memory_pool().backend_name != "jemalloc":
+        yield False
+        return
+    pa.jemalloc_set_decay_ms(decay_ms)
+    try:
+        yield True
+    finally:
+        pa.jemalloc_set_decay_ms(ARROW_JEMALLOC_DECAY_MS)
+
+
+def _glibc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _glibc_malloc_trim()
+
+
+def release_freed_heap() -> None:
+    """Give the C heap's free pages back to the OS. A slice's Encoding objects are millions of small
+    allocations (~71 bytes a token) that glibc keeps in its arenas once freed, fragmented, so each
+    batch's RSS stacked on the last: tokenize's peak on the pipeline_scaling 16x input (base 16 MB,
+    64 MiB batches) was 1,060 MiB in-process, 815 MiB with a trim after each batch (per slice: the
+    same); a few ms a batch."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
