@@ -21,8 +21,11 @@ import yaml
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-LIMIT = 768 * 2**20
-INPUT_BYTES = 900 * 2**20  # larger than the limit
+# 4 MiB batches: peak RSS measured 331 MB (ingest), 257 MB (clean's parent), 305 MB (dedup) on a
+# 600 MiB input, so 512 MiB still binds each stage while the input (573 MB of text) exceeds it; at
+# 768/900 MiB and 8 MiB batches the test took ~134 s, at 512/600 MiB ~95 s (2 cores)
+LIMIT = 512 * 2**20
+INPUT_BYTES = 600 * 2**20  # larger than the limit
 
 # One stage per process, as Dagster's multiprocess executor runs steps (in one process, what glibc's
 # heap kept from cleaning's peak stays mapped for dedup: that is the in-process executor's cost).
@@ -54,7 +57,7 @@ print(json.dumps(out))
 
 
 def _write_input(path: Path) -> int:
-    """~940 MB of distinct documents: windows of real prose (the repository's sample pages) at
+    """~INPUT_BYTES of distinct documents: windows of real prose (the repository's sample pages) at
     seeded offsets, each with its own number. Returns the documents written."""
     with gzip.open(REPO / "sample_data" / "real_docs.jsonl.gz", "rt") as f:
         prose = " ".join(json.loads(line)["text"] for line in f)
@@ -79,8 +82,9 @@ def test_ingest_clean_and_dedup_an_input_larger_than_the_memory_limit(tmp_path):
     config = {"storage": {"root": str(tmp_path / "out")},
               "sources": [{"name": "big", "format": "jsonl", "path": str(tmp_path / "big.jsonl")}],
               # memory follows the batch size: cleaning's parent reserved 597 MB at 8 MiB batches and
-              # 759 MB at 16 MiB (3 batches in flight for 2 workers, plus their results and pickles)
-              "io": {"workers": 2, "batch_bytes": 8 * 2**20}}
+              # 759 MB at 16 MiB (3 batches in flight for 2 workers, plus their results and pickles);
+              # 4 MiB keeps it inside the 512 MiB limit with the input still larger than the limit
+              "io": {"workers": 2, "batch_bytes": 4 * 2**20}}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
     # RLIMIT_DATA counts reserved address space, not resident pages: glibc reserves a 64 MB arena per
     # thread and Arrow's default jemalloc pool keeps its reservations (cleaning's parent: 2.2 GB reserved
