@@ -10,16 +10,9 @@ with the input is ~600 B per document (id, source, text hash, the 512 B signatur
 keys, which go to bucket files (`near.storage.type: disk`).
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
-import pyarrow as pa
 import pytest
-import yaml
+from limited_stage_runs import documents_batch, random_sentences, run_under_limit
 
 from platform_assets.contracts import IOSettings
 from platform_assets.parquet_parts import TableSink
@@ -28,26 +21,15 @@ from platform_assets.storage import Storage
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 LIMIT = 640 * 2**20
 INPUT_BYTES = 700 * 2**20  # of text, larger than the limit
 EXACT_EVERY, NEAR_EVERY = 50, 97  # a verbatim copy of every 50th document, an edited one of every 97th
 
 STAGE = """
-import json, resource, sys
-resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))
-from platform_assets.config import load_config
-from platform_assets.storage import Storage
 from platform_assets.dedup.stage import deduplicate_outputs
-cfg = load_config(sys.argv[1])
-storage = Storage(cfg.storage_root)
 r = deduplicate_outputs(storage, ["cleaned/big"], "dedup", cfg.dedup, cfg.io)
 c = r.result.counts
-out = {{"rows_in": r.rows_in, "rows": r.rows, "exact": c.removed_exact, "near": c.removed_near}}
-# VmHWM, not ru_maxrss (Linux carries ru_maxrss across exec from the pytest process)
-hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-out["peak_rss"] = int(hwm.split()[1]) * 1024
-print(json.dumps(out))
+out = {"rows_in": r.rows_in, "rows": r.rows, "exact": c.removed_exact, "near": c.removed_near}
 """
 
 
@@ -56,9 +38,7 @@ def _write_documents(storage: Storage, io: IOSettings) -> tuple[int, int, int, i
     sentence: no near duplicates among them), plus planted copies. Returns (documents, text bytes,
     exact copies, near copies); a near copy has 2 of its 60 sentences replaced (Jaccard ~0.93)."""
     rng = np.random.default_rng(0)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    vocab = ["".join(rng.choice(letters, n)) for n in rng.integers(3, 10, 20_000).tolist()]
-    sentences = np.array([" ".join(rng.choice(vocab, 20)) + ". " for _ in range(4096)], dtype=object)
+    sentences = random_sentences(rng)
     docs = text_bytes = exact = near = 0
     with TableSink(storage, "cleaned/big", DOCUMENTS_SCHEMA, io) as sink:
         while text_bytes < INPUT_BYTES:
@@ -72,12 +52,8 @@ def _write_documents(storage: Storage, io: IOSettings) -> tuple[int, int, int, i
                 edited[[5, 40]] = rng.integers(0, len(sentences), 2)
                 texts.append("".join(sentences[edited]))
                 near += 1
-            n = len(texts)
-            sink.write(pa.RecordBatch.from_pydict({
-                "id": [f"doc-{docs + i}" for i in range(n)], "source": ["big"] * n, "text": texts,
-                "modality": ["text"] * n, "uri": ["u"] * n, "license": [None] * n, "meta": [None] * n,
-                "ingested_at": [None] * n, "media": [None] * n}, schema=DOCUMENTS_SCHEMA))
-            docs += n
+            sink.write(documents_batch(docs, texts))
+            docs += len(texts)
             text_bytes += sum(len(t) for t in texts)
     return docs, text_bytes, exact, near
 
@@ -87,15 +63,8 @@ def test_dedup_an_input_larger_than_the_memory_limit(tmp_path):
     io = {"batch_bytes": 16 * 2**20}
     docs, text_bytes, exact, near = _write_documents(Storage(str(tmp_path / "out")), IOSettings(**io))
     assert text_bytes > LIMIT
-    config = {"storage": {"root": str(tmp_path / "out")}, "sources": [], "io": io}
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
-    # as tests/test_bounded_memory.py: RLIMIT_DATA counts reserved address space, so the system
-    # allocator with two arenas makes it measure what is used
-    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "ARROW_DEFAULT_MEMORY_POOL": "system"}
-    res = subprocess.run([sys.executable, "-c", STAGE.format(limit=LIMIT), str(tmp_path / "p.yaml")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = run_under_limit(STAGE, LIMIT, {"storage": {"root": str(tmp_path / "out")}, "sources": [], "io": io},
+                          tmp_path)
     assert out["rows_in"] == docs
     assert (out["exact"], out["near"]) == (exact, near), out  # every planted copy, nothing else
     assert out["rows"] == docs - exact - near
