@@ -5,7 +5,6 @@ side runs 9 asset processes, each loading Dagster's definitions: ~1 minute on a 
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -18,22 +17,12 @@ sys.path.insert(0, str(REPO_ROOT))
 pytest.importorskip("datatrove")
 pytest.importorskip("nltk")
 
+from test_benchmarks_pipeline_scaling import write_repo_corpus  # noqa: E402
+
 from benchmarks import harness  # noqa: E402
 from benchmarks import pipeline_end_to_end as e2e  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def _write_corpus(root: Path) -> None:
-    with gzip.open(REPO_ROOT / "sample_data" / "real_docs.jsonl.gz", "rt") as f, \
-            open(root / "text_000.jsonl", "w") as out:
-        for i, line in enumerate(f):
-            out.write(json.dumps({"id": f"text-{i}", "kind": "text", "text": json.loads(line)["text"]},
-                                 ensure_ascii=False) + "\n")
-    with open(root / "code_000.jsonl", "w") as out:
-        paths = [p for p in sorted((REPO_ROOT / "platform_assets").rglob("*.py")) if p.read_text().strip()]
-        for i, path in enumerate(paths):
-            out.write(json.dumps({"id": f"code-{i}", "kind": "code", "text": path.read_text()}) + "\n")
 
 
 def _write_tokenizer(corpus: Path, path: Path) -> None:
@@ -52,7 +41,7 @@ def _write_tokenizer(corpus: Path, path: Path) -> None:
 def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    _write_corpus(corpus)
+    write_repo_corpus(corpus)  # the pipeline_scaling test's corpus
     _write_tokenizer(corpus, tmp_path / "tokenizer.json")
     monkeypatch.setenv("E2E_TOKENIZER", str(tmp_path / "tokenizer.json"))
     monkeypatch.setenv("E2E_BENCH_MB", "0.2")

@@ -24,11 +24,9 @@ pytestmark = [pytest.mark.slow,
                                  reason=f"GPT-2 tokenizer {ps.GPT2_TOKENIZER_JSON} not present")]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
+def write_repo_corpus(root: Path) -> None:
     """text_000.jsonl: the repository's real prose sample (150 documents, 0.7 MB); code_000.jsonl: the
     platform's own Python modules. Both as the shared corpus writes them (id, kind, text)."""
-    root = tmp_path_factory.mktemp("corpus")
     with gzip.open(REPO_ROOT / "sample_data" / "real_docs.jsonl.gz", "rt") as f, \
             open(root / "text_000.jsonl", "w") as out:
         for i, line in enumerate(f):
@@ -39,6 +37,12 @@ def corpus(tmp_path_factory) -> Path:
         for i, path in enumerate(paths):  # empty __init__.py files would be quarantined (over its 5% bound)
             out.write(json.dumps({"id": f"code-{i}", "kind": "code", "path": str(path.relative_to(REPO_ROOT)),
                                   "text": path.read_text()}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    write_repo_corpus(root)
     return root
 
 
