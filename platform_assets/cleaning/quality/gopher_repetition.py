@@ -1,5 +1,6 @@
 """Gopher repetition filter (Rae et al. 2021, table A1; numbers in presets.GOPHER_REPETITION): duplicate
-lines and paragraphs, top and duplicate n-gram character fractions (n-grams in ngrams.py)."""
+lines and paragraphs, top and duplicate n-gram character fractions (n-grams: kernels.ngram_check_values,
+one compiled call per document, defined by and tested against ngrams.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,7 @@ from pydantic import Field
 
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Langs, Preset, Ratio, RuleSet, ScopedSettings
-from platform_assets.cleaning.quality.ngrams import (
-    dup_ngram_chars,
-    later_occurrences,
-    ngram_levels,
-    repeat_bound,
-    top_ngram_chars,
-    union_bound,
-)
+from platform_assets.cleaning.quality.kernels import NO_VALUE, ngram_check_values
 from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
 from platform_assets.cleaning.steps import Drop
 
@@ -52,6 +46,9 @@ class GopherRepetition(RuleSet):
             ("dup", n, lim) for n, lim in sorted(self.s.dup_n_grams.items())
         ]
         self._max_n = max((n for _, n, _ in self._ngram_checks), default=0)
+        self._check_kinds = np.array([kind == "dup" for kind, _, _ in self._ngram_checks], dtype=np.int64)
+        self._check_ns = np.array([n for _, n, _ in self._ngram_checks], dtype=np.int64)
+        self._check_limits = np.array([limit for _, _, limit in self._ngram_checks], dtype=np.float64)
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         s, text = self.s, view.text
@@ -73,45 +70,13 @@ class GopherRepetition(RuleSet):
         if view.n_tokens < 2 or not self._max_n:
             return None
         vocab = view.vocab
-        cum = np.zeros(len(vocab.ids) + 1, dtype=np.int64)  # characters before each token
-        np.cumsum(vocab.lengths[vocab.ids], out=cum[1:])
-        # The checks run in datatrove's order, each as soon as its level is computed; levels past the
-        # last one with a repeat are never computed (no check can fire there).
-        pending = iter(self._ngram_checks)
-        measured: dict[tuple[str, int], int | None] = {}
-        check = next(pending)
-        for level in ngram_levels(vocab, self._max_n):
-            n = level.n
-            if n in s.top_n_grams:
-                measured["top", n] = top_ngram_chars(level, cum)
-            if n in s.dup_n_grams and ("dup", n) not in measured:
-                later = later_occurrences(level)
-                rest = [m for m in s.dup_n_grams if m >= n]
-                # A duplicate m-gram (m >= n) starts where an n-gram occurred before, so the m-grams at
-                # those positions bound what the dup checks from n on can count. Below every limit (most
-                # prose), none of them can fire: no walk, and no larger level is needed for them.
-                # The sum first (cheap), the union of the m-grams where the sum is not enough.
-                starts = level.pos[later]
-                if later.size == 0 or all(
-                    repeat_bound(starts, cum, m) <= s.dup_n_grams[m] * n_chars
-                    or union_bound(starts, cum, m) <= s.dup_n_grams[m] * n_chars
-                    for m in rest
-                ):
-                    measured.update({("dup", m): None for m in rest})  # None: cannot fire
-                else:
-                    measured["dup", n] = dup_ngram_chars(level, cum, s.dup_n_grams[n] * n_chars, later)
-            while check is not None and (check[0], check[1]) in measured:
-                if d := self._ngram_drop(check, measured[check[0], check[1]], n_chars):
-                    return d
-                check = next(pending, None)
-            if check is None:
-                return None
-        # The levels stopped early: nothing repeats at the sizes not measured, so only the checks
-        # measured already (a dup check ordered after a top check of a larger n) can still fire.
-        while check is not None:
-            if d := self._ngram_drop(check, measured.get((check[0], check[1])), n_chars):
+        # Every n-gram check in datatrove's order, in one compiled call: values up to the first check
+        # that fires (the same values and decisions as the levels, bounds and walks of ngrams.py)
+        values = ngram_check_values(vocab.ids, vocab.counts, vocab.first, vocab.lengths, self._check_kinds,
+                                    self._check_ns, self._check_limits, n_chars)
+        for check, value in zip(self._ngram_checks, values.tolist(), strict=True):
+            if d := self._ngram_drop(check, None if value == NO_VALUE else value, n_chars):
                 return d
-            check = next(pending, None)
         return None
 
     def _ngram_drop(self, check: tuple[str, int, float], value: int | None, n_chars: int) -> Drop | None:
