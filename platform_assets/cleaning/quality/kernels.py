@@ -29,6 +29,26 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: Fibonacci hashing of int64 keys
 
 
+_loaded = False
+
+
+def load() -> None:
+    """Compile or load from the cache every kernel, with the argument types the rules pass, once per
+    process: the quality step calls it when built, so that its first document does not pay for it
+    (loading ~0.3-0.4 s, most of it initialising LLVM; compiling, with a cold cache, ~5 s)."""
+    global _loaded
+    if _loaded:
+        return
+    kinds = np.zeros(256, dtype=np.uint8)
+    letters = np.zeros(256, dtype=np.int32)
+    for chars in (np.frombuffer(b"ab", dtype=np.uint8), np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
+        ids, counts, first, starts, ends = token_vocab(chars, kinds)  # read-only, as array_vocab's buffers
+        ranges_with_flag(chars, letters, starts, ends)
+    ngram_check_values(ids, counts, first, ends - starts, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
+                       np.zeros(1), 2)
+    _loaded = True
+
+
 def _compiled(func):
     try:
         return numba.njit(cache=True, nogil=True)(func)

@@ -1,0 +1,207 @@
+"""The compiled kernels of the quality rules (quality/kernels.py) against the Python/numpy forms that
+define them (text_view's regex + dict vocabulary, ngrams.py's levels, bounds and walks in
+GopherRepetition's order), on adversarial input: empty, one character, all whitespace, joiners at the
+edges, non-ASCII, beyond the BMP, long repeats; and the cache fallback where nothing is writable."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from platform_assets.cleaning import presets
+from platform_assets.cleaning.quality import kernels
+from platform_assets.cleaning.quality.array_vocab import array_vocab
+from platform_assets.cleaning.quality.ngrams import (
+    dup_ngram_chars,
+    later_occurrences,
+    ngram_levels,
+    repeat_bound,
+    top_ngram_chars,
+    union_bound,
+)
+from platform_assets.cleaning.quality.text_view import TextView
+
+ADVERSARIAL_TEXTS = [
+    "", "a", " ", "é", "'", ".", "-", "\n", " \t\n\r\x0b\x0c " * 300, "\u3000\xa0 " * 400,
+    "a'", "'a", "a'b", "a''b", "a.b.c", "a.-b", "x.", ".x", "...", "a" * 5000, "ab " * 3000, "é" * 2000,
+    "abcdefgh abcdefgh abcdefghi", "don't don’t don’t", "e.g. e.g. 3.14", "\x1c\x1d\x1e\x1f a\x1cb",
+    "e\u0301 e\u0301e\u0301", "\u212ahe khe KHE", "中文 中文中文", "a\U0001F600b", "\ud800 lone",
+    "The cat. " * 700, "a b c d e f g h i j " * 300, "x" * 3 + "\n" + "yy\n" * 900,
+]
+
+
+def _random_texts(rng: random.Random, count: int) -> list[str]:
+    pieces = [*"ab_1 .-'\n\t,!\x1c\x00\x7f{}", "abcdefghij", "x.y", "don't", "...", "The", "THAT", "with",
+              "é", "’", "\u0301", "\u3000", "ж", "中", "\u212a", "naïve", "don’t"]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 300))) for _ in range(count)]
+
+
+def test_token_vocab_equals_the_regex_and_dict_vocabulary():
+    rng = random.Random(5)
+    for text in ADVERSARIAL_TEXTS + _random_texts(rng, 3000):
+        ref = TextView(text)
+        ref.tokens  # noqa: B018 - tokens first: the regex and dict path, whatever the length
+        expected = ref.vocab
+        fast = array_vocab(text)
+        if any(c > "\uffff" or "\ud800" <= c <= "\udfff" for c in text):  # beyond the BMP, lone surrogates:
+            # the regex path stays
+            assert fast is None, repr(text)
+            continue
+        assert fast is not None
+        assert list(fast.tokens) == list(expected.tokens), repr(text)
+        for field in ("ids", "counts", "lengths", "first"):
+            assert np.array_equal(getattr(fast, field), getattr(expected, field)), (field, repr(text))
+        view = TextView(text)
+        view.__dict__["vocab"] = fast
+        ref_stats, stats = ref.word_stats, view.word_stats
+        assert (stats.count, stats.chars, stats.distinct) == (ref_stats.count, ref_stats.chars, ref_stats.distinct)
+        assert np.array_equal(stats.has_letter(), ref_stats.has_letter()), repr(text)
+
+
+def _reference_check_values(vocab, checks: list[tuple[str, int, float]], n_chars: int) -> list[int | None]:
+    """GopherRepetition's n-gram checks as written over ngrams.py before the kernel: the value of each
+    check in order, up to the first that fires."""
+    top_n = {n for kind, n, _ in checks if kind == "top"}
+    dup_limits = {n: limit for kind, n, limit in checks if kind == "dup"}
+    cum = np.zeros(len(vocab.ids) + 1, dtype=np.int64)
+    np.cumsum(vocab.lengths[vocab.ids], out=cum[1:])
+    values: list[int | None] = []
+    pending = iter(checks)
+    measured: dict[tuple[str, int], int | None] = {}
+    check = next(pending)
+
+    def fires(check, value) -> bool:
+        values.append(value)
+        return value is not None and value / n_chars > check[2]
+
+    for level in ngram_levels(vocab, max(n for _, n, _ in checks)):
+        n = level.n
+        if n in top_n:
+            measured["top", n] = top_ngram_chars(level, cum)
+        if n in dup_limits and ("dup", n) not in measured:
+            later = later_occurrences(level)
+            rest = [m for m in dup_limits if m >= n]
+            starts = level.pos[later]
+            if later.size == 0 or all(
+                repeat_bound(starts, cum, m) <= dup_limits[m] * n_chars
+                or union_bound(starts, cum, m) <= dup_limits[m] * n_chars
+                for m in rest
+            ):
+                measured.update({("dup", m): None for m in rest})
+            else:
+                measured["dup", n] = dup_ngram_chars(level, cum, dup_limits[n] * n_chars, later)
+        while check is not None and (check[0], check[1]) in measured:
+            if fires(check, measured[check[0], check[1]]):
+                return values
+            check = next(pending, None)
+        if check is None:
+            return values
+    while check is not None:
+        if fires(check, measured.get((check[0], check[1]))):
+            return values
+        check = next(pending, None)
+    return values
+
+
+def _kernel_check_values(vocab, checks: list[tuple[str, int, float]], n_chars: int) -> list[int | None]:
+    values = kernels.ngram_check_values(
+        vocab.ids, vocab.counts, vocab.first, vocab.lengths,
+        np.array([kind == "dup" for kind, _, _ in checks], dtype=np.int64),
+        np.array([n for _, n, _ in checks], dtype=np.int64), np.array([lim for _, _, lim in checks]), n_chars)
+    return [None if v == kernels.NO_VALUE else v for v in values.tolist() if v != kernels.NOT_REACHED]
+
+
+def _repetitive_words(rng: random.Random) -> list[str]:
+    shape = rng.random()
+    if shape < 0.1:  # one token over and over, or a short period
+        period = [rng.choice(["a", "bb", "ccc"]) for _ in range(rng.randint(1, 4))]
+        return (period * 3000)[: rng.randint(2, 6000)]
+    if shape < 0.15:  # nothing repeats
+        return [f"w{i}" for i in range(rng.randint(2, 300))]
+    words: list[str] = []
+    while len(words) < rng.randint(2, 400):
+        if words and rng.random() < 0.25:
+            start = rng.randrange(len(words))
+            words += words[start : start + rng.randint(1, 30)]
+        else:
+            words.append(rng.choice(["a", "bb", "ccc", "dd", "e", "fff", "the", "of", "x.y", "é"]))
+    return words
+
+
+def test_ngram_check_values_equal_the_ngrams_reference():
+    rng = random.Random(11)
+    default = [("top", n, lim) for n, lim in sorted(presets.GOPHER_REPETITION["top_n_grams"].items())] + [
+        ("dup", n, lim) for n, lim in sorted(presets.GOPHER_REPETITION["dup_n_grams"].items())]
+    limits = [0.0, 0.01, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.9, 1.0]
+    fired = unfired = 0
+    for _ in range(2500):
+        words = _repetitive_words(rng)
+        text = rng.choice([" ", "\n", "  "]).join(words)
+        vocab = TextView(text).vocab
+        if len(vocab.ids) < 2:
+            continue  # GopherRepetition measures no n-grams below 2 tokens
+        if rng.random() < 0.3:
+            checks = default
+        else:
+            tops = sorted(rng.sample(range(1, 8), rng.randint(0, 3)))
+            dups = sorted(rng.sample(range(1, 12), rng.randint(0 if tops else 1, 6)))
+            checks = [("top", n, rng.choice(limits)) for n in tops] + [("dup", n, rng.choice(limits)) for n in dups]
+        expected = _reference_check_values(vocab, checks, len(text))
+        assert _kernel_check_values(vocab, checks, len(text)) == expected, (words[:50], checks)
+        last, limit = expected[-1], checks[len(expected) - 1][2]
+        if last is not None and last / len(text) > limit:
+            fired += 1
+        else:
+            assert len(expected) == len(checks)
+            unfired += 1
+    assert fired > 300 and unfired > 300  # both outcomes were exercised
+
+
+def test_load_covers_every_signature_the_quality_step_uses():
+    from platform_assets.cleaning.quality.step import QualityStep
+    from platform_assets.cleaning.settings import CleaningSettings
+
+    step = QualityStep(CleaningSettings().quality)  # loads the kernels
+    dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, kernels.ngram_check_values]
+    before = [len(d.signatures) for d in dispatchers]
+    assert all(before)
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat."]) for _ in range(400)) + end
+             for end in ("", " naïve café", " ж" * 50)]
+    for text in texts:
+        view = TextView(text)
+        for rules in step.rule_sets:
+            rules.check(view, Counter())
+        assert view.vocab.spans is not None
+    assert [len(d.signatures) for d in dispatchers] == before  # nothing compiled or loaded after load()
+
+
+def test_kernels_work_where_no_cache_location_is_writable(tmp_path: Path):
+    # numba refuses cache=True when no cache directory can be written; the kernels then compile in
+    # the process instead of failing the import. A copy of the module sits beside a `__pycache__`
+    # that is a file, with NUMBA_CACHE_DIR and the user cache dir under a file (unwritable even as root).
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    module_dir = tmp_path / "mod"
+    module_dir.mkdir()
+    (module_dir / "__pycache__").write_text("not a directory")
+    shutil.copy(kernels.__file__, module_dir / "kernels_copy.py")
+    script = (
+        "import numpy as np, kernels_copy as k\n"
+        "chars, kinds = np.frombuffer(b'ab cd ab', np.uint8), np.ones(256, np.uint8)\n"
+        "ids, counts, first, starts, ends = k.token_vocab(chars, kinds)\n"
+        "print(ids.tolist(), counts.tolist(), k.token_vocab._cache.__class__.__name__)\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(blocker / "numba"), "XDG_CACHE_HOME": str(blocker / "xdg"),
+           "HOME": str(blocker / "home"), "PYTHONPATH": str(module_dir)}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    # the whole text is one token of kind 1 (every code point a word character here)
+    assert run.stdout.split("\n")[0] == "[0] [1] NullCache", run.stdout
