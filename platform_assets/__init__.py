@@ -3,6 +3,9 @@
 import os
 import sys
 
+# Arrow's jemalloc with freed pages purged at once (dirty and muzzy decay 0; Arrow builds it with 1,000 ms)
+ARROW_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
 # Arrow's default memory pool: jemalloc instead of pyarrow's mimalloc (Linux). Arrow's builders and
 # Parquet page encoders grow buffers by reallocation; mimalloc moves each larger size to fresh
 # pages (zeroed by the kernel on first touch: ~14% of the JSONL ingest's CPU in `perf`) and gives
@@ -16,3 +19,9 @@ import sys
 # the environment wins.
 if sys.platform.startswith("linux"):
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    # ... and that jemalloc returns freed pages to the OS at once, not after Arrow's built-in 1,000 ms:
+    # a stage's freed batches otherwise stay resident and its peak grows with the input (see
+    # platform_assets/heap.py for the figures). jemalloc reads this when it starts, so it too must be set
+    # before the first allocation; `pa.jemalloc_set_decay_ms` afterwards reaches only arenas created
+    # later, not the main thread's. A value set in the environment wins.
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", ARROW_JEMALLOC_CONF)

@@ -1,5 +1,5 @@
 """The process's memory allocators, tuned where a stage's measured peak called for it: glibc's heap and
-Arrow's jemalloc pool. One module for the three knobs; each stage uses the ones it measured a gain from.
+Arrow's jemalloc pool. One module for the knobs; each stage uses the ones it measured a gain from.
 
 - `release_freed_heap` (tokenize, after each batch): malloc_trim. A slice's Encoding objects are
   millions of small allocations (~71 bytes a token) that glibc keeps in its arenas once freed,
@@ -16,13 +16,18 @@ Arrow's jemalloc pool. One module for the three knobs; each stage uses the ones 
   off the dynamic raise). Under the default jemalloc pool it bought nothing and cost time
   (pipeline_scaling 16x at --base-mb 8 in 2 MiB batches: peak 543 MB before, 553 with it, 546 without;
   work 2.5 -> 3.7 s, the page faults of every large temporary), so it applies under the system pool.
-- `arrow_decay` (dedup and dataset_splits, around the whole asset). Arrow's jemalloc is built with
-  `dirty_decay_ms:1000`: freed pages stay resident up to ~1 s. Decay 0 cut dedup's peak on
-  pipeline_scaling's 16x input (DedupSettings.jemalloc_decay_ms has the figures) and the split pass's
-  (SplitSettings.jemalloc_decay_ms). pyarrow's setter changes `arenas.dirty_decay_ms` and
-  `arenas.muzzy_decay_ms`, the defaults of arenas created afterwards; a microbenchmark of 128 freed
-  1 MiB buffers keeps the same RSS either way, so the gain is what was measured on the stages (their
-  reader, writer and DuckDB threads), its mechanism not pinned down further.
+- Arrow's jemalloc decay (every platform process, set in `platform_assets/__init__.py` as
+  `JE_ARROW_MALLOC_CONF`, before jemalloc starts). Arrow builds it with `dirty_decay_ms:1000`: freed
+  pages stay resident up to ~1 s, so a stage that frees one batch and reads the next holds both.
+  With decay 0, freed 64 KiB-1 MiB buffers (200 MB of them) leave RSS at once (139 -> 55 MB after the
+  free; 8 MiB ones are purged either way); `pa.jemalloc_set_decay_ms(0)` called after start-up
+  changed nothing there: it sets the default of arenas created later, not the main thread's.
+  pipeline_scaling's 16x input (base 32 MB, 8 MiB batches, each stage process alone): packed_shards
+  550 -> 452 MB, raw_documents[text] 493 -> 460 MB, cleaned_documents[text] 1.15x -> 1.08x of its 1x
+  peak; its cost is page faults when the next batch reuses the memory: raw_documents' work CPU 1.6 ->
+  2.1 s and packed_shards' 4.8 -> 5.6 s on 250-510 MB (system time; about 1% of the run's CPU, which
+  cleaning and tokenize dominate). A decay of 100 ms kept most of the CPU and little of the memory
+  (packed_shards 515 MB). Set `JE_ARROW_MALLOC_CONF` yourself to trade it back.
 
 glibc's knobs are no-ops where the C library is not glibc.
 """
@@ -31,15 +36,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pyarrow as pa
 
 M_MMAP_THRESHOLD = -3  # glibc malloc.h
-# what Arrow's bundled jemalloc is built with (its malloc_conf: "oversize_threshold:0,
-# dirty_decay_ms:1000,muzzy_decay_ms:1000,background_thread:true"); pyarrow cannot read it back
-ARROW_JEMALLOC_DECAY_MS = 1000
 
 
 def fix_mmap_threshold(threshold_bytes: int | None) -> bool:
@@ -54,21 +55,6 @@ def fix_mmap_threshold(threshold_bytes: int | None) -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(M_MMAP_THRESHOLD, int(threshold_bytes)) == 1
-
-
-@contextmanager
-def arrow_decay(decay_ms: int | None) -> Iterator[bool]:
-    """Within the block, jemalloc (Arrow's pool) returns freed pages to the OS after `decay_ms`
-    (0: at once, -1: never); afterwards Arrow's built-in 1,000 ms again. Yields whether it applied:
-    False for None or another Arrow pool (system, mimalloc)."""
-    if decay_ms is None or pa.default_memory_pool().backend_name != "jemalloc":
-        yield False
-        return
-    pa.jemalloc_set_decay_ms(decay_ms)
-    try:
-        yield True
-    finally:
-        pa.jemalloc_set_decay_ms(ARROW_JEMALLOC_DECAY_MS)
 
 
 def _glibc_malloc_trim() -> Callable[[int], int] | None:

@@ -209,16 +209,3 @@ def test_missing_upstream_partition_is_a_clear_failure(pipeline, corpus):
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "cleaned_documents has no documents for: books" in failure.event_specific_data.user_failure_data.description
     assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]  # not retried
-
-
-def test_dedup_and_splits_return_freed_arrow_memory_while_they_run(pipeline, corpus, monkeypatch):
-    """dedup.jemalloc_decay_ms and splits.jemalloc_decay_ms (default 0) are applied around each asset,
-    checks included, and Arrow's 1,000 ms comes back after it (platform_assets/heap.py)."""
-    from platform_assets.heap import ARROW_JEMALLOC_DECAY_MS
-
-    if pa.default_memory_pool().backend_name != "jemalloc":
-        pytest.skip("the decay applies to Arrow's jemalloc pool only")
-    calls: list[int] = []
-    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
-    assert dg.materialize([deduplicated_documents, dataset_splits], resources={"pipeline": pipeline}).success
-    assert calls == [0, ARROW_JEMALLOC_DECAY_MS, 0, ARROW_JEMALLOC_DECAY_MS]

@@ -202,13 +202,6 @@ class DedupSettings(StrictModel):
     otherwise raises it to the size of each freed block, and per-batch temporaries stay resident as
     heap holes (600 MB of text, system pool: peak RSS 713 -> ~360 MB). Not applied under the default
     jemalloc pool (no gain measured there, +45% time). `null` leaves malloc as it is."""
-    jemalloc_decay_ms: Annotated[int, Field(ge=-1)] | None = 0
-    """While the asset runs (the stage, its checks and spot checks) under Arrow's default jemalloc pool,
-    freed pages go back to the OS after this many ms (platform_assets/heap.py), then Arrow's 1,000 ms again.
-    On pipeline_scaling's 16x input at --base-mb 16 in 8 MiB batches (10,749 documents; the stage
-    process alone, rerun 2-3 times each) its peak RSS was 621-678 MB with Arrow's 1,000 ms and 527-539
-    MB with 0 (1x, 629 documents: 402-408 -> 369-371 MB); work 4.6-5.0 s either way. `null` leaves
-    jemalloc as it is."""
     incremental: bool = False
     """Deduplicate new documents against the accepted-signature artifact of the previous run
     (accepted documents stay accepted) instead of recomputing over the whole corpus."""

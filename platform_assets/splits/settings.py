@@ -48,13 +48,6 @@ class SplitSettings(StrictModel):
     documents without the field are one more stratum, `<missing>`. Needs the previous assignment to stay
     stable as the corpus grows (see splits/assignment.py)."""
     leakage: LeakCheckSettings = LeakCheckSettings()
-    jemalloc_decay_ms: Annotated[int, Field(ge=-1)] | None = 0
-    """While the asset runs (split pass, leak check and other checks) under Arrow's default jemalloc
-    pool, freed pages go back to the OS after this many ms (platform_assets/heap.py's arrow_decay), then Arrow's
-    1,000 ms again. The split pass of pipeline_scaling's 16x input at --base-mb 16 in 8 MiB batches
-    (10,669 documents, 15 batches; Arrow's pool peaked at 73 MB either way) reached 385-394 MB of
-    peak RSS with 1,000 ms and 247 MB with 0: freed batches' pages were kept. `null` leaves jemalloc
-    as it is."""
 
     @field_validator("stratify_by")
     @classmethod

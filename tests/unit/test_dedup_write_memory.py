@@ -1,17 +1,13 @@
-"""What the dedup write pass and the asset keep resident: a wholly kept batch is written without a
-copy of its text (result.filter_batch), and jemalloc's freed pages go back to the OS while the asset
-runs (heap.arrow_decay; its RSS effect is measured on the stage, see DedupSettings.jemalloc_decay_ms:
-a microbenchmark of one thread's buffers shows none, the stage's reader and writer threads do)."""
+"""What the dedup write pass keeps resident: a wholly kept batch is written without a copy of its text
+(result.filter_batch), and finish() releases the per-document pieces."""
 
 import random
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
 from platform_assets.dedup.deduplicator import Deduplicator
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.heap import ARROW_JEMALLOC_DECAY_MS, arrow_decay
 
 
 def _texts(n: int, seed: int) -> list[str]:
@@ -53,29 +49,6 @@ def test_wholly_kept_batch_is_written_without_a_copy():
     assert _text_buffer(partial) != mixed_batch.column("text").buffers()[2].address
     # the rows come back in the batch's order, with the same text, whichever way they were selected
     assert partial["text"].to_pylist() == texts[20:39]
-
-
-def test_arrow_decay_sets_jemalloc_for_the_block_then_restores_arrows_default(monkeypatch):
-    calls: list[int] = []
-    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
-    jemalloc = SimpleNamespace(backend_name="jemalloc")
-    monkeypatch.setattr(pa, "default_memory_pool", lambda: jemalloc)
-    with arrow_decay(0) as applied:
-        assert applied and calls == [0]
-    assert calls == [0, ARROW_JEMALLOC_DECAY_MS] and ARROW_JEMALLOC_DECAY_MS == 1000
-    with pytest.raises(RuntimeError), arrow_decay(250):  # restored when the stage fails too
-        raise RuntimeError("stage failed")
-    assert calls[2:] == [250, 1000]
-
-
-@pytest.mark.parametrize(("backend", "decay_ms"), [("jemalloc", None), ("system", 0), ("mimalloc", 0)])
-def test_arrow_decay_is_a_no_op_unset_or_without_jemalloc(monkeypatch, backend, decay_ms):
-    calls: list[int] = []
-    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
-    monkeypatch.setattr(pa, "default_memory_pool", lambda: SimpleNamespace(backend_name=backend))
-    with arrow_decay(decay_ms) as applied:
-        assert applied is False
-    assert calls == []
 
 
 def test_finish_releases_the_per_document_pieces_and_refuses_reuse():

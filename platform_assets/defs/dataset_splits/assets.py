@@ -5,8 +5,7 @@ import dagster as dg
 from platform_assets.defs.dataset_splits.checks import SPLIT_CHECKS, evaluate_split_checks
 from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import TRANSIENT_RETRY, StageContext, run_stage, stage_context, stage_result
-from platform_assets.heap import arrow_decay
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.splits.stage import split_outputs
 from platform_assets.stats.report import labels_markdown, strata_markdown
 
@@ -29,11 +28,6 @@ from platform_assets.stats.report import labels_markdown, strata_markdown
 )
 def dataset_splits(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
     ctx = stage_context(pipeline, "dataset_splits")
-    with arrow_decay(ctx.cfg.splits.jemalloc_decay_ms):
-        return _materialize(context, ctx)
-
-
-def _materialize(context: dg.AssetExecutionContext, ctx: StageContext) -> dg.MaterializeResult:
     cfg = ctx.cfg
     stage = run_stage("dataset_splits", lambda: split_outputs(
         ctx.storage, ctx.input_dir("deduplicated_documents"), ctx.rel, cfg.splits, cfg.io, cfg.statistics))

@@ -9,8 +9,7 @@ from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
 from platform_assets.defs.metadata import arrow_table, counts_table
 from platform_assets.defs.resources import PipelineResource
-from platform_assets.defs.stage_asset import TRANSIENT_RETRY, StageContext, run_stage, stage_context, stage_result
-from platform_assets.heap import arrow_decay
+from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.spot_checks import spot_check, to_markdown
 
 UPSTREAM = "cleaned_documents"
@@ -48,12 +47,6 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
 )
 def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
     ctx = stage_context(pipeline, "deduplicated_documents")
-    # freed batches go back to the OS while the stage, its checks and spot checks run (platform_assets/heap.py)
-    with arrow_decay(ctx.cfg.dedup.jemalloc_decay_ms):
-        return _materialize(context, ctx)
-
-
-def _materialize(context: dg.AssetExecutionContext, ctx: StageContext) -> dg.MaterializeResult:
     cfg, storage, rel = ctx.cfg, ctx.storage, ctx.rel
     inputs = [ctx.input_dir(UPSTREAM, s) for s in cfg.source_names()]
     missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_FILE}")]  # committed, maybe empty
