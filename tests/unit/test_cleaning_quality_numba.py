@@ -26,20 +26,23 @@ from platform_assets.cleaning.quality.ngrams import (
     top_ngram_chars,
     union_bound,
 )
-from platform_assets.cleaning.quality.text_view import TextView
+from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
 
 ADVERSARIAL_TEXTS = [
     "", "a", " ", "é", "'", ".", "-", "\n", " \t\n\r\x0b\x0c " * 300, "\u3000\xa0 " * 400,
     "a'", "'a", "a'b", "a''b", "a.b.c", "a.-b", "x.", ".x", "...", "a" * 5000, "ab " * 3000, "é" * 2000,
     "abcdefgh abcdefgh abcdefghi", "don't don’t don’t", "e.g. e.g. 3.14", "\x1c\x1d\x1e\x1f a\x1cb",
     "e\u0301 e\u0301e\u0301", "\u212ahe khe KHE", "中文 中文中文", "a\U0001F600b", "\ud800 lone",
-    "The cat. " * 700, "a b c d e f g h i j " * 300, "x" * 3 + "\n" + "yy\n" * 900,
+    "The cat. " * 700, "ZOO Zoo zoo AZ @ [ ` {", "a b c d e f g h i j " * 300, "x" * 3 + "\n" + "yy\n" * 900,
 ]
+
+STOP_SETS = [frozenset(presets.GOPHER_STOP_WORDS), frozenset(["that", "a-b"]), frozenset(["naïve", "the"]),
+             frozenset(["abcdefgh"]), frozenset(["khe", "ab", "x.y"]), frozenset(["zoo", "az", "@"]), frozenset()]
 
 
 def _random_texts(rng: random.Random, count: int) -> list[str]:
     pieces = [*"ab_1 .-'\n\t,!\x1c\x00\x7f{}", "abcdefghij", "x.y", "don't", "...", "The", "THAT", "with",
-              "é", "’", "\u0301", "\u3000", "ж", "中", "\u212a", "naïve", "don’t"]
+              "ZOO", "Az", "@", "[", "`", "é", "’", "\u0301", "\u3000", "ж", "中", "\u212a", "naïve", "don’t"]
     return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 300))) for _ in range(count)]
 
 
@@ -63,6 +66,21 @@ def test_token_vocab_equals_the_regex_and_dict_vocabulary():
         ref_stats, stats = ref.word_stats, view.word_stats
         assert (stats.count, stats.chars, stats.distinct) == (ref_stats.count, ref_stats.chars, ref_stats.distinct)
         assert np.array_equal(stats.has_letter(), ref_stats.has_letter()), repr(text)
+        for stop in STOP_SETS:
+            assert stats.lowered_in(stop) == ref_stats.lowered_in(stop), (stop, repr(text))
+
+
+def test_repeated_lines_and_paragraphs_equal_the_string_splits():
+    rng = random.Random(8)
+    pieces = ["a", "b", "ab", " ", "\n", "\n", "\n\n", "\n\n\n", "\t", "\r", "\x1c", "\x85", "\xa0", "\u2028",
+              "\u3000", "é", "line one", "line one\n"]
+    texts = ADVERSARIAL_TEXTS + ["\n" * k for k in range(6)] + ["\n\na\n\na\n\n", " \n a \n a \n ", "x\n\n\nx"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 60))) for _ in range(5000)]
+    for text in texts:
+        view = TextView(text)
+        for paragraphs, split in ((True, split_paragraphs), (False, split_lines)):
+            expected = split(text)
+            assert view.repeated_pieces(paragraphs) == (len(expected), *duplicates(expected)), (paragraphs, repr(text))
 
 
 def _reference_check_values(vocab, checks: list[tuple[str, int, float]], n_chars: int) -> list[int | None]:

@@ -16,10 +16,19 @@ and only if asked for.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from platform_assets.cleaning.quality.kernels import JOINER, OTHER, SPACE, WORD, ranges_with_flag, token_vocab
+from platform_assets.cleaning.quality.kernels import (
+    JOINER,
+    OTHER,
+    SPACE,
+    WORD,
+    lowered_present,
+    ranges_with_flag,
+    token_vocab,
+)
 from platform_assets.cleaning.quality.text_view import Vocab
 
 _KIND = np.full(256, OTHER, dtype=np.uint8)
@@ -28,16 +37,29 @@ _KIND[list(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")] 
 _KIND[list(b"-'.")] = JOINER
 _LETTER = np.zeros(256, dtype=np.int32)
 _LETTER[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")] = 1
-_UPPER = np.zeros(256, dtype=np.uint8)
-_UPPER[list(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")] = 1
-_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)], dtype=np.uint64)
 
 
-_BMP: tuple[np.ndarray, np.ndarray] | None = None
+_SPACE = np.array([chr(c).isspace() for c in range(256)], dtype=np.bool_)  # str.strip's whitespace
 
 
-def _bmp_tables() -> tuple[np.ndarray, np.ndarray]:
-    """(kind, letter) of every BMP code point by the `regex` module itself (~50 ms, once)."""
+class CodePoints(NamedTuple):
+    """A text's characters as an array, with the tables the kernels read them through."""
+
+    chars: np.ndarray
+    """uint8 for ASCII text, else uint32 code points (all below 0x10000)."""
+    kinds: np.ndarray
+    """Token character kind per code point (kernels.SPACE, WORD, JOINER, OTHER)."""
+    letters: np.ndarray
+    """int32 1 where a code point is a letter (\\p{L})."""
+    spaces: np.ndarray
+    """bool, str.isspace per code point (what str.strip removes)."""
+
+
+_BMP: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kind, letter, space) of every BMP code point by the `regex` module and str.isspace (~50 ms, once)."""
     global _BMP
     if _BMP is None:
         import regex
@@ -49,41 +71,42 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray]:
         kind[[ord(c) for c in "-'’."]] = JOINER
         letter = np.zeros(0x10000, dtype=np.int32)
         letter[[ord(c) for c in regex.findall(r"\p{L}", plane)]] = 1
-        _BMP = kind, letter
+        space = np.fromiter(map(str.isspace, plane), dtype=np.bool_, count=0x10000)
+        _BMP = kind, letter, space
     return _BMP
 
 
-def array_vocab(text: str) -> Vocab | None:
-    """text_view.TextView(text).vocab computed from the characters; None for text beyond the BMP."""
+def code_points(text: str) -> CodePoints | None:
+    """The text as an array; None beyond the BMP or with a lone surrogate (the string paths stay)."""
     if text.isascii():
-        raw = text.encode("ascii")
-        data = np.frombuffer(raw + bytes(8), dtype=np.uint8)  # 8 spare bytes: lowered_in's 8-byte reads
-        chars, kinds, letters = data[: len(raw)], _KIND, _LETTER
-    else:
-        try:
-            chars = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        except UnicodeEncodeError:  # a lone surrogate
-            return None
-        if int(chars.max()) > 0xFFFF:
-            return None
-        data = None
-        kinds, letters = _bmp_tables()
-    ids, counts, first, starts, ends = token_vocab(chars, kinds)
-    spans = Spans(text, chars, kinds, letters, data, starts, ends)
+        return CodePoints(np.frombuffer(text.encode("ascii"), dtype=np.uint8), _KIND, _LETTER, _SPACE)
+    try:
+        chars = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    if int(chars.max()) > 0xFFFF:
+        return None
+    return CodePoints(chars, *_bmp_tables())
+
+
+def array_vocab(text: str, points: CodePoints | None = None) -> Vocab | None:
+    """text_view.TextView(text).vocab computed from the characters (`points`: code_points(text) if
+    already made); None for text beyond the BMP."""
+    points = points if points is not None else code_points(text)
+    if points is None:
+        return None
+    ids, counts, first, starts, ends = token_vocab(points.chars, points.kinds)
+    spans = Spans(text, points, starts, ends)
     return Vocab(_Strings(spans), ids, counts, ends - starts, first, spans)
 
 
 class Spans:
     """Distinct tokens as character ranges of one text, and the word figures read from the arrays."""
 
-    __slots__ = ("text", "chars", "kinds", "letters", "data", "starts", "ends")
+    __slots__ = ("text", "points", "starts", "ends")
 
-    def __init__(self, text: str, chars: np.ndarray, kinds: np.ndarray, letters: np.ndarray,
-                 data: np.ndarray | None, starts: np.ndarray, ends: np.ndarray):
-        self.text, self.chars, self.kinds, self.letters, self.data = text, chars, kinds, letters, data
-        """`chars`: the code points; `kinds`/`letters`: tables by code point; `data`: for ASCII text
-        its bytes and 8 spare ones (None for other text)."""
-        self.starts, self.ends = starts, ends
+    def __init__(self, text: str, points: CodePoints, starts: np.ndarray, ends: np.ndarray):
+        self.text, self.points, self.starts, self.ends = text, points, starts, ends
 
     def strings(self) -> list[str]:
         text = self.text
@@ -91,34 +114,31 @@ class Spans:
 
     def starts_word(self) -> np.ndarray:
         """A token is a word iff its first character is a word character (a joiner only sits inside one)."""
-        return self.kinds[self.chars[self.starts]] == WORD
+        return self.points.kinds[self.points.chars[self.starts]] == WORD
 
     def subset(self, mask: np.ndarray) -> Spans:
-        return Spans(self.text, self.chars, self.kinds, self.letters, self.data, self.starts[mask], self.ends[mask])
+        return Spans(self.text, self.points, self.starts[mask], self.ends[mask])
 
     def has_letter(self) -> np.ndarray:
         """Per token: a letter (\\p{L}) among its characters."""
-        return ranges_with_flag(self.chars, self.letters, self.starts, self.ends)
+        return ranges_with_flag(self.points.chars, self.points.letters, self.starts, self.ends)
 
     def lowered_in(self, words: frozenset[str]) -> set[str] | None:
         """The members of `words` equal to a lower-cased token; None when one of them is not ASCII or
         is longer than 7 characters (the caller then compares strings)."""
         if not words or not all(w.isascii() and 0 < len(w) <= 7 for w in words):
             return None if words else set()
-        lengths = self.ends - self.starts
-        sizes = [len(w) for w in words]
-        pick = np.flatnonzero((lengths >= min(sizes)) & (lengths <= max(sizes)))  # only those that can equal one
-        if self.data is None:  # str.lower of other characters can give ASCII (K, the Kelvin sign)
+        chars = self.points.chars
+        if chars.dtype != np.uint8:  # str.lower of other characters can give ASCII (K, the Kelvin sign)
+            lengths = self.ends - self.starts
+            sizes = [len(w) for w in words]
+            pick = np.flatnonzero((lengths >= min(sizes)) & (lengths <= max(sizes)))  # only those that can equal one
             text = self.text
             return words.intersection(text[a:b].lower() for a, b in
                                       zip(self.starts[pick].tolist(), self.ends[pick].tolist(), strict=True))
-        at, short = self.starts[pick], lengths[pick]
-        lanes = np.ndarray((self.data.size - 8,), dtype="<u8", buffer=self.data, strides=(1,))[at]
-        lanes = lanes.view(np.uint8).reshape(-1, 8)
-        lanes = lanes + _UPPER[lanes] * np.uint8(32)  # str.lower of ASCII: A-Z to a-z
-        keys = (lanes.reshape(-1).view("<u8") & _MASKS[short]) | (short.astype(np.uint64) << np.uint64(56))
-        present = set(keys.tolist())  # a few hundred short words: a set beats np.isin's sorting
-        return {w for w in words if _pack(w) in present}
+        ordered = sorted(words, key=_pack)
+        found = lowered_present(chars, self.starts, self.ends, np.array(list(map(_pack, ordered)), dtype=np.uint64))
+        return {ordered[i] for i in np.flatnonzero(found).tolist()}
 
 
 class _Strings(Sequence):

@@ -13,7 +13,7 @@ from pydantic import Field
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Langs, Preset, Ratio, RuleSet, ScopedSettings
 from platform_assets.cleaning.quality.kernels import NO_VALUE, ngram_check_values
-from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
+from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import Drop
 
 
@@ -55,15 +55,13 @@ class GopherRepetition(RuleSet):
         n_chars = len(text)
         if n_chars == 0:
             return Drop(f"{self.preset}.empty")
-        paragraphs = split_paragraphs(text)
-        dup, dup_chars = duplicates(paragraphs)
-        if d := self.drop_above("dup_para_frac", dup / len(paragraphs), s.dup_para_frac):
+        n_paragraphs, dup, dup_chars = view.repeated_pieces(paragraphs=True)
+        if d := self.drop_above("dup_para_frac", dup / n_paragraphs, s.dup_para_frac):
             return d
         if d := self.drop_above("dup_para_char_frac", dup_chars / n_chars, s.dup_para_char_frac):
             return d
-        lines = split_lines(text)
-        dup, dup_chars = duplicates(lines)
-        if d := self.drop_above("dup_line_frac", dup / len(lines), s.dup_line_frac):
+        n_lines, dup, dup_chars = view.repeated_pieces(paragraphs=False)
+        if d := self.drop_above("dup_line_frac", dup / n_lines, s.dup_line_frac):
             return d
         if d := self.drop_above("dup_line_char_frac", dup_chars / n_chars, s.dup_line_char_frac):
             return d

@@ -41,9 +41,13 @@ def load() -> None:
         return
     kinds = np.zeros(256, dtype=np.uint8)
     letters = np.zeros(256, dtype=np.int32)
-    for chars in (np.frombuffer(b"ab", dtype=np.uint8), np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
-        ids, counts, first, starts, ends = token_vocab(chars, kinds)  # read-only, as array_vocab's buffers
+    spaces = np.zeros(256, dtype=np.bool_)
+    ascii_chars = np.frombuffer(b"ab", dtype=np.uint8)  # read-only, as array_vocab's buffers
+    for chars in (ascii_chars, np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
+        ids, counts, first, starts, ends = token_vocab(chars, kinds)
         ranges_with_flag(chars, letters, starts, ends)
+        piece_duplicates(chars, spaces, 1, False)
+    lowered_present(ascii_chars, starts, ends, np.zeros(1, dtype=np.uint64))
     ngram_check_values(ids, counts, first, ends - starts, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
                        np.zeros(1), 2)
     _loaded = True
@@ -100,17 +104,27 @@ def token_vocab(chars, kind_table):
         prev_run, prev_kind, kind = run, kind, next_kind
     if prev_run != 0:
         tok_ends[n - 1] = size
+    ids, first, n_distinct = _number_ranges(chars, tok_starts, tok_ends, n)
+    counts = np.zeros(n_distinct, dtype=np.int64)
+    for t in range(n):
+        counts[ids[t]] += 1
+    first = first[:n_distinct].copy()
+    return ids, counts, first, tok_starts[first], tok_ends[first]
+
+
+@_compiled
+def _number_ranges(chars, starts, ends, n):
+    """Ranges [starts[i], ends[i]) of `chars` (i < n) numbered by content in order of first appearance,
+    through an open-addressing table hashed by FNV-1a over their characters: (ids, first range of
+    each number, how many numbers)."""
     bits = _table_bits(n)
     mask = np.uint64((1 << bits) - 1)
-    slots = np.full(1 << bits, -1, dtype=np.int64)  # distinct id per slot
+    slots = np.full(1 << bits, -1, dtype=np.int64)  # number per slot
     ids = np.empty(n, dtype=np.int64)
-    counts = np.zeros(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)
-    d_starts = np.empty(n, dtype=np.int64)
-    d_ends = np.empty(n, dtype=np.int64)
     n_distinct = 0
     for t in range(n):
-        a, b = tok_starts[t], tok_ends[t]
+        a, b = starts[t], ends[t]
         h = _FNV_OFFSET
         for i in range(a, b):
             h = (h ^ np.uint64(chars[i])) * _FNV_PRIME
@@ -121,10 +135,10 @@ def token_vocab(chars, kind_table):
                 d = n_distinct
                 n_distinct += 1
                 slots[slot] = d
-                first[d], d_starts[d], d_ends[d] = t, a, b
+                first[d] = t
                 break
-            da = d_starts[d]
-            if d_ends[d] - da == b - a:
+            da = starts[first[d]]
+            if ends[first[d]] - da == b - a:
                 same = True
                 for k in range(b - a):
                     if chars[da + k] != chars[a + k]:
@@ -134,9 +148,67 @@ def token_vocab(chars, kind_table):
                     break
             slot = (slot + np.uint64(1)) & mask
         ids[t] = d
-        counts[d] += 1
-    return (ids, counts[:n_distinct].copy(), first[:n_distinct].copy(), d_starts[:n_distinct].copy(),
-            d_ends[:n_distinct].copy())
+    return ids, first, n_distinct
+
+
+@_compiled
+def piece_duplicates(chars, spaces, min_newlines, strip):
+    """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
+    (re.split(r"\\n+") for 1, re.split(r"\\n{2,}") for 2), of the text str.strip-ped first if `strip`
+    (`spaces`: str.isspace per code point): (pieces, repeated pieces, characters in them)."""
+    lo, hi = 0, chars.size
+    if strip:
+        while lo < hi and spaces[chars[lo]]:
+            lo += 1
+        while hi > lo and spaces[chars[hi - 1]]:
+            hi -= 1
+    starts = np.empty(hi - lo + 1, dtype=np.int64)
+    ends = np.empty(hi - lo + 1, dtype=np.int64)
+    n = 0
+    start = lo
+    i = lo
+    while i < hi:
+        if chars[i] != 10:
+            i += 1
+            continue
+        j = i
+        while j < hi and chars[j] == 10:
+            j += 1
+        if j - i >= min_newlines:
+            starts[n], ends[n] = start, i
+            n += 1
+            start = j
+        i = j
+    starts[n], ends[n] = start, hi
+    n += 1
+    ids, first, n_distinct = _number_ranges(chars, starts, ends, n)
+    repeated_chars = 0
+    for t in range(n):
+        repeated_chars += ends[t] - starts[t]
+    for d in range(n_distinct):
+        repeated_chars -= ends[first[d]] - starts[first[d]]
+    return n, n - n_distinct, repeated_chars
+
+
+@_compiled
+def lowered_present(chars, starts, ends, targets):
+    """Per packed word in `targets` (sorted; array_vocab._pack: ASCII bytes little-endian, length in
+    the top byte): is it some range of the ASCII `chars` once A-Z are lower-cased (str.lower)?"""
+    found = np.zeros(targets.size, dtype=np.bool_)
+    for r in range(starts.size):
+        a, b = starts[r], ends[r]
+        if b - a > 7:
+            continue
+        key = np.uint64(b - a) << np.uint64(56)
+        for k in range(b - a):
+            c = chars[a + k]
+            if 65 <= c <= 90:
+                c += 32
+            key |= np.uint64(c) << np.uint64(8 * k)
+        i = np.searchsorted(targets, key)
+        if i < targets.size and targets[i] == key:
+            found[i] = True
+    return found
 
 
 @_compiled

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import regex
 
+from platform_assets.cleaning.quality.kernels import piece_duplicates
+
 # A word is a run of word characters (letters with their combining marks, digits, '_'), possibly joined
 # by - ' ’ . (state-of-the-art, don't, 3.14, e.g); a run of other non-space characters is one
 # punctuation token ("," "..." "=====" ".)"). That splits punctuation off words as nltk's word_tokenize
@@ -145,13 +147,20 @@ class TextView:
         return len(self.vocab.ids)
 
     @cached_property
+    def code_points(self) -> Any:
+        """array_vocab.CodePoints of the text, or None (beyond the BMP, a lone surrogate)."""
+        from platform_assets.cleaning.quality.array_vocab import code_points
+
+        return code_points(self.text)
+
+    @cached_property
     def vocab(self) -> Vocab:
         if len(self.text) >= ARRAY_VOCAB_MIN_CHARS and "tokens" not in self.__dict__:
-            from platform_assets.cleaning.quality.array_vocab import array_vocab
+            points = self.code_points
+            if points is not None:
+                from platform_assets.cleaning.quality.array_vocab import array_vocab
 
-            vocab = array_vocab(self.text)
-            if vocab is not None:
-                return vocab
+                return array_vocab(self.text, points)
         tokens = self.tokens
         n = len(tokens)
         # One C loop over the tokens (map over dict.setdefault): each token's first position...
@@ -196,6 +205,16 @@ class TextView:
         # inlined test (a function call per token costs more than the rest of the loop)
         match = _WORD_START_RE.match
         return [t for t in self.tokens if t[0].isalnum() or t[0] == "_" or (not t[0].isascii() and match(t))]
+
+    def repeated_pieces(self, paragraphs: bool) -> tuple[int, int, int]:
+        """(pieces, repeated pieces, characters in them) of split_paragraphs(text) or split_lines(text),
+        as duplicates() counts them: one compiled pass over the characters (kernels.piece_duplicates),
+        no string per line; the string forms for text beyond the BMP."""
+        points = self.code_points
+        if points is None:
+            pieces = split_paragraphs(self.text) if paragraphs else split_lines(self.text)
+            return (len(pieces), *duplicates(pieces))
+        return piece_duplicates(points.chars, points.spaces, 2 if paragraphs else 1, paragraphs)
 
     @cached_property
     def lines(self) -> list[str]:
