@@ -2,11 +2,13 @@
 
 Where the time goes, and what keeps it down (FineWeb's four rule sets on 43 MB of the real corpus,
 one core: ~6 MB/s, 1.8x the first version, 14x datatrove; benchmarks/cleaning_quality_rules.py; and
-1.25x that again in issue #13, benchmarks/cleaning_stage.py): the vocabulary (~1/4; read from the
-characters as numpy arrays for texts of 1,024+ characters, array_vocab.py, else `re`/`regex` and a
-dict), the n-gram repetition checks (~1/4; ngrams.py: packed sorts per level, walks only where a
-sum or union bound cannot rule them out), per-word figures over distinct tokens weighted by counts,
-per-line tests as map() chains (C loops), and bounds that skip work that cannot change the outcome.
+in issue #13, benchmarks/cleaning_stage.py, 2.6 -> 1.9 CPU-s with numpy, then ~0.8 with numba): the
+per-token and per-line loops are compiled kernels (kernels.py), one call per document: the vocabulary
+from the text's code points (array_vocab.py; `re`/`regex` and a dict below 64 characters or beyond
+the BMP), Gopher's repeated lines and paragraphs, the n-gram levels, bounds and duplicate walks, the
+word figures over distinct tokens weighted by counts; the other per-line tests are map() chains (C
+loops), and bounds skip work that cannot change the outcome. `kernels.load()` when the step is built
+(~0.3-0.4 s per process from numba's cache; ~8 s to compile where the cache is cold).
 
 The checks and their order follow datatrove 0.10.1 (what FineWeb ran), so the first failing check is
 the reported reason, as there. Every regex is linear in the input: no nested unbounded quantifiers,
