@@ -1,7 +1,8 @@
 """benchmarks/pipeline_end_to_end.py through the harness, both sides, on a tiny corpus written here:
 the repository's real prose sample (text) and the platform's own modules (code), ~0.2 MB, with a
 byte-level BPE tokenizer trained here (no ../shared, no /work/corpus, nothing downloaded). The ours
-side runs 9 asset processes, each loading Dagster's definitions: ~1 minute on a quiet core, hence slow."""
+side runs 9 asset processes, each loading Dagster's definitions: ~1 minute on a quiet core, hence slow.
+The filter config and `check` alone: tests/test_benchmarks_pipeline_end_to_end_filters.py."""
 
 from __future__ import annotations
 
@@ -59,4 +60,23 @@ def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     (target,) = result["targets"]
     assert target["met"] == (throughput["ratio"] >= e2e.TARGET_RATIO)
     # ours' figures come from its own stage records, not from the peer's
-    assert [s["stage"].split("[")[0] for s in result["records"]["ours"][0]["stages"]][-1] == "packed_shards"
+    ours = result["records"]["ours"][0]
+    assert [s["stage"].split("[")[0] for s in ours["stages"]][-1] == "packed_shards"
+    assert ours["stage_work_cpu_seconds"] > 0 and ours["stage_startup_cpu_seconds"] > 0
+    assert ours["stage_work_cpu_seconds"] + ours["stage_startup_cpu_seconds"] <= ours["cpu_seconds"]
+    assert ours["stage_work_cpu_seconds"] == pytest.approx(sum(s["work_cpu_seconds"] for s in ours["stages"]))
+    # the same filter set on both sides: check() compared the kept ids, both records carry its figures
+    agreement = ours["filter_agreement"]
+    assert agreement == result["records"]["peer"][0]["filter_agreement"]
+    for side in harness.SIDES:
+        kept = agreement["kept_after_filters"][side]
+        assert kept >= agreement["kept_after_dedup"][side] == result["records"][side][0]["documents_kept"] > 0
+        assert rows["documents kept after filters"][side] == kept
+        assert "kept_ids_after_filters" not in result["records"][side][0]
+    assert agreement["kept_by_both"] == rows["documents kept by both sides' filters"]["ours"] > 0
+    assert agreement["kept_by_ours_only"] + agreement["kept_by_peer_only"] <= max(
+        e2e.FILTER_DISAGREEMENT_FLOOR, e2e.FILTER_DISAGREEMENT_MAX * (agreement["kept_by_both"]
+                                                                    + agreement["kept_by_ours_only"]
+                                                                    + agreement["kept_by_peer_only"]))
+    # the peer runs its JSONL reader over the code source too, and our C4 preset judges code like the peer's
+    assert {"c4", "gopher_quality"} <= set(ours["removed_by_rule_group"])
