@@ -315,10 +315,15 @@ def run_peer(spec: Spec, run_dir: Path) -> Prepared:
         dropped = [{type(step).__name__: int(st.stats["dropped"].total) for step, st in zip(p, ps.stats, strict=True)
                     if "dropped" in st.stats} for p, ps in zip(steps, stats, strict=True)]
         removed = {name: n for name, n in dropped[0].items() if n}
+        # where the peer spends: each step's own time as datatrove's stats measure it (wall seconds)
+        step_seconds: dict[str, float] = {}
+        for p, ps in zip(steps, stats, strict=True):
+            for step, st in zip(p, ps.stats, strict=True):
+                step_seconds[type(step).__name__] = step_seconds.get(type(step).__name__, 0.0) + st.time_stats.total
         dedup_dropped = dropped[3].get("MinhashDedupFilter", 0)
         return {"kept_ids_after_filters": kept, "removed_by_rule_group": removed,
                 "documents_kept": sum(p.stat().st_size for p in index) // 8,
-                "documents_removed_by_dedup": dedup_dropped,
+                "documents_removed_by_dedup": dedup_dropped, "step_seconds": step_seconds,
                 "tokens_written": sum(p.stat().st_size for p in ds) // 2}
 
     return Prepared(work, finish)
