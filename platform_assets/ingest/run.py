@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
+from platform_assets.ingest.file_partitions import SourcePartition
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
 from platform_assets.ingest.records import QuarantineSink, RecordBlock
 from platform_assets.ingest.settings import IngestSettings, SourcePlan
@@ -125,9 +126,11 @@ def _ingest_group(
 
 
 def ingest_source(
-    cfg: SourcePlan, name: str, storage: Storage, out_rel: str, s3: S3Settings | None = None
+    cfg: SourcePlan, name: str, storage: Storage, out_rel: str, s3: S3Settings | None = None,
+    part: SourcePartition | None = None,
 ) -> IngestResult:
-    """Read every file of source `name` and replace `out_rel` with its documents + quarantine.
+    """Read every file of source `name` (of its file partition `part`, if given) and replace `out_rel`
+    with its documents + quarantine.
 
     Groups of files are read `ingest.parallel_files` at a time; each writes its own parts, so the
     committed output is byte-identical whatever that number. Nothing is replaced unless the whole
@@ -136,7 +139,7 @@ def ingest_source(
     cfg.check_source_paths([name])
     if supports_subset(cfg.source(name)):
         return _ingest_subset(cfg, name, storage, out_rel, s3)
-    units = source_units(cfg, name, s3)
+    units = source_units(cfg, name, s3, part)
     groups = input_groups(units, cfg.ingest)
     with TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
         workers = min(cfg.ingest.parallel_files, len(groups))

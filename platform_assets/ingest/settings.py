@@ -19,6 +19,10 @@ from platform_assets.ingest.chat import ChatFields
 from platform_assets.media.settings import MediaSettings
 from platform_assets.storage import S3Settings
 
+# Runs, partition keys and output folders grow with the count; 10,000 file partitions of a 10 TB source
+# are ~1 GB each, well past where a backfill's fan-out pays
+MAX_FILE_PARTITIONS = 10_000
+
 
 class SubsetSettings(StrictModel):
     """`subset:` on a JSONL, Parquet or Hugging Face source: take part of a streamed source without
@@ -101,6 +105,23 @@ class _SourceBase(StrictModel):
     recipe: str | None = None
     """The cleaning recipe that judges this source: a built-in one (web, code, docs, sft) or one of
     `cleaning.recipes` (platform_assets/cleaning/recipes.py); None: `cleaning.default_recipe`."""
+    file_partitions: Annotated[int, Field(ge=1, le=MAX_FILE_PARTITIONS)] | None = None
+    """Split a large source into this many partitions of its files (keys `<name>.00`, `<name>.01`, ...;
+    ingest/file_partitions.py), so a backfill ingests and cleans them in separate runs. A file's
+    partition is a hash of its path relative to the source root: adding a file re-ingests only its
+    partition. None or 1: one partition keyed `<name>`. Document ids do not change with it."""
+
+    @model_validator(mode="after")
+    def _file_partitions_readable(self):
+        if (self.file_partitions or 1) == 1:
+            return self
+        if self.format == "hf":  # type: ignore[attr-defined]
+            raise ValueError("file_partitions: a Hugging Face source is read as one dataset stream, not as "
+                             "listed files; leave it out (or point a jsonl/parquet source at its files)")
+        if getattr(self, "subset", None) is not None:
+            raise ValueError("file_partitions: a `subset:` source is one resumable stream with one budget "
+                             "over all its files; it cannot be split into file partitions")
+        return self
 
     def is_remote(self) -> bool:
         return "://" in self.path

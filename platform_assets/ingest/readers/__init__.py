@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from platform_assets.ingest.file_io import compression_of, open_stream
+from platform_assets.ingest.file_partitions import SourcePartition, files_of_bucket
 from platform_assets.ingest.media_records import MediaReader
 from platform_assets.ingest.media_types import MEDIA_EXTENSIONS
 from platform_assets.ingest.readers.delimited import read_csv
@@ -79,16 +80,18 @@ def source_directory(cfg: SourcePlan, name: str) -> str:
 
 
 def source_files(
-    cfg: SourcePlan, name: str, s3: S3Settings | None = None
+    cfg: SourcePlan, name: str, s3: S3Settings | None = None, part: SourcePartition | None = None
 ) -> tuple[ReadContext, str, list[FileEntry]]:
     """The read context, root and sorted file list of a file-based source (S3 settings default to
-    the config's)."""
+    the config's); with `part`, only that file partition's files (ingest/file_partitions.py)."""
     src = cfg.source(name)
     location = cfg.source_location(name)
     fs, path = resolve_filesystem(location, s3 or cfg.s3_settings())
     root, glob_pattern = _split_glob(path)
     patterns: str | tuple[str, ...] | None = glob_pattern or src.pattern or DEFAULT_PATTERNS[src.format]
     files = list_files(fs, root, patterns)
+    if part is not None:
+        files = files_of_bucket(files, root, part)
     ctx = ReadContext(
         source=name,
         fs=fs,
@@ -200,14 +203,15 @@ def sidecar_pairs(files: list[FileEntry]) -> dict[str, FileEntry]:
     return pairs
 
 
-def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None) -> list[InputUnit]:
+def source_units(cfg: SourcePlan, name: str, s3: S3Settings | None = None,
+                 part: SourcePartition | None = None) -> list[InputUnit]:
     src = cfg.source(name)
     if isinstance(src, HuggingFaceSource):
         location = cfg.source_location(name)
         mtime = int(src.snapshot_time.timestamp()) if src.snapshot_time else None
         return [InputUnit(0, location,
                           lambda sink, _threads=True: read_huggingface(src, location, sink, mtime, cfg.media))]
-    ctx, root, files = source_files(cfg, name, s3)
+    ctx, root, files = source_files(cfg, name, s3, part)
     if isinstance(src, ManifestSource):
         return _manifest_units(cfg, src, ctx, root, files, s3)
     reads_media = bool(getattr(src, "media", None))
