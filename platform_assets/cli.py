@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from platform_assets.cli_progress import console_progress
-from platform_assets.config import DEFAULT_CONFIG_ENV, REPO_ROOT, ConfigError, load_config
+from platform_assets.config import DEFAULT_CONFIG_ENV, REPO_ROOT, ConfigError, PipelineConfig, load_config
+from platform_assets.ingest.file_partitions import PartitionKeyError
 
 
 def _use_config(path: str | None) -> str:
@@ -56,12 +57,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def selected_partition_keys(cfg: PipelineConfig, sources: str | None) -> list[str]:
+    """The partitions `run` materializes: every configured one, or those of `--sources` (a source's
+    name stands for all its file partitions; `web.03` for one of them)."""
+    if not sources:
+        return cfg.partition_keys()
+    keys: list[str] = []
+    for item in sources.split(","):
+        if item in cfg.source_names():
+            keys += [k for k in cfg.partition_keys() if cfg.source_partition(k).source == item]
+            continue
+        try:
+            keys.append(cfg.source_partition(item).key)
+        except PartitionKeyError as err:
+            raise ConfigError(f"--sources: {err}") from None
+    return list(dict.fromkeys(keys))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config_path = _use_config(args.config)
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     cfg = load_config(config_path)
-    names = args.sources.split(",") if args.sources else cfg.source_names()
-    cfg.check_source_paths(names)
+    names = selected_partition_keys(cfg, args.sources)
+    cfg.check_source_paths(list(dict.fromkeys(cfg.source_partition(k).source for k in names)))
 
     import dagster as dg
 
@@ -303,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--config", help=f"pipeline YAML (default: ${DEFAULT_CONFIG_ENV} or configs/sample.yaml)")
         if name == "run":
-            p.add_argument("--sources", help="comma-separated subset of the configured sources")
+            p.add_argument("--sources", help="comma-separated subset of the configured sources (a source split "
+                                             "by `file_partitions`: all its partitions, or `<name>.03` for one)")
             p.add_argument("--verbose", action="store_true",
                            help="print Dagster's event stream (always recorded on the instance, shown in the UI, "
                                 "and appended to the log file)")

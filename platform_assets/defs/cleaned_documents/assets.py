@@ -10,6 +10,7 @@ from platform_assets.defs.metadata import counts_table
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
+from platform_assets.ingest.file_partitions import PartitionKeyError
 from platform_assets.spot_checks import spot_check, to_markdown
 
 
@@ -29,24 +30,29 @@ from platform_assets.spot_checks import spot_check, to_markdown
     ),
 )
 def cleaned_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    source = context.partition_key
-    ctx = stage_context(pipeline, "cleaned_documents", source)
+    key = context.partition_key  # a source's name, or `<source>.<k>` for a file partition of a split source
+    ctx = stage_context(pipeline, "cleaned_documents", key)
     cfg = ctx.cfg
-    in_rel = ctx.input_dir("raw_documents", source)
+    try:
+        source = cfg.source_partition(key).source
+    except PartitionKeyError as err:
+        raise dg.Failure(f"{err} ({pipeline.config_path})", allow_retries=False) from None
+    in_rel = ctx.input_dir("raw_documents", key)
     recipe = cfg.cleaning_recipe(source)  # the source's `recipe:` (cleaning/recipes.py), its gates with it
     stage = run_stage("cleaned_documents", lambda: clean_output(ctx.storage, in_rel, ctx.rel,
                                                                 recipe.settings, cfg.io))
     funnel = stage.funnel
-    context.log.info(f"{source} (recipe {recipe.name}): {funnel.docs_in} in, {funnel.docs_out} out, "
+    context.log.info(f"{key} (recipe {recipe.name}): {funnel.docs_in} in, {funnel.docs_out} out, "
                      f"removed {funnel.removed_by_rule()}")
     removed = {rule: v["docs"] for rule, v in funnel.removed_by_rule().items()}
     counters = funnel.counters()
     metadata = {
         "source": source,
+        **({"partition": key} if key != source else {}),
         "recipe": recipe.name,
         "funnel": dg.MetadataValue.md(funnel.to_markdown()),
         "funnel_chart": dg.MetadataValue.md(bar_chart_markdown(
-            f"{source}: documents in, removed per rule, out",
+            f"{key}: documents in, removed per rule, out",
             ["in", *removed, "out"], [funnel.docs_in, *removed.values(), funnel.docs_out])),
         "removed_by_rule": counts_table(removed, "rule", "documents"),
         "pii_redactions": counts_table({k.removeprefix("pii."): v for k, v in counters.items()

@@ -199,7 +199,8 @@ def evaluate_cleaning_checks(
     source: str | None = None, recipe: Recipe | None = None,
 ) -> list[dg.AssetCheckResult]:
     """The checks of one cleaned source, against `recipe` (None: the source's recipe in `cfg`)."""
-    name = source or rel.rstrip("/").rsplit("/", 1)[-1]
+    key = source or rel.rstrip("/").rsplit("/", 1)[-1]  # a source, or one of its file partitions
+    name = cfg.source_partition(key).source if key in cfg.partition_keys() else key
     if recipe is None:
         recipe = cfg.cleaning_recipe(name if name in cfg.source_names() else None)
     cleaning, gates = recipe.settings, apply_gates(cfg.cleaning_gates, recipe.gates)

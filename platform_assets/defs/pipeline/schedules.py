@@ -18,13 +18,13 @@ from platform_assets.defs.resources import PipelineResource
                 "(registering new sources as partitions).",
 )
 def daily_refresh(context: dg.ScheduleEvaluationContext, pipeline: PipelineResource):
-    names = pipeline.config().source_names()
+    cfg = pipeline.config()
+    names = cfg.partition_keys()  # a source split into file partitions: one run per partition
     known = set(context.instance.get_dynamic_partitions(source_partitions.name))
     missing = [n for n in names if n not in known]
     if missing:
         context.instance.add_dynamic_partitions(source_partitions.name, missing)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    cfg = pipeline.config()
     # A source whose files are what its latest materialization read is not re-ingested; one that cannot be
     # listed (a hub dataset) is refreshed every day, since only reading it tells whether it changed.
     changed = [n for n in names if (fp := source_fingerprint(cfg, n, pipeline)) is None

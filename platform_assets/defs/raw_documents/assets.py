@@ -9,6 +9,7 @@ from platform_assets.defs.raw_documents.fingerprint import FINGERPRINT_KEY, sour
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
+from platform_assets.ingest.file_partitions import PartitionKeyError
 from platform_assets.ingest.run import ingest_source
 from platform_assets.schema import QuarantineReason
 
@@ -27,17 +28,18 @@ from platform_assets.schema import QuarantineReason
     ),
 )
 def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
-    source = context.partition_key
-    ctx = stage_context(pipeline, "raw_documents", source)
-    if source not in ctx.cfg.source_names():
-        raise dg.Failure(f"partition {source!r} is not a source of {pipeline.config_path} "
-                         f"(configured: {', '.join(ctx.cfg.source_names())}); remove the partition or add the source",
-                         allow_retries=False)
+    key = context.partition_key  # a source's name, or `<source>.<k>` for a file partition of a split source
+    ctx = stage_context(pipeline, "raw_documents", key)
+    try:
+        part = ctx.cfg.source_partition(key)
+    except PartitionKeyError as err:
+        raise dg.Failure(f"{err} ({pipeline.config_path})", allow_retries=False) from None
+    source = part.source
     # taken before reading: what this materialization read, for the sensor and the schedule to compare with
-    fingerprint = source_fingerprint(ctx.cfg, source, pipeline)
+    fingerprint = source_fingerprint(ctx.cfg, key, pipeline)
     result = run_stage("raw_documents", lambda: ingest_source(ctx.cfg, source, ctx.storage, ctx.rel,
-                                                              pipeline.s3_settings(ctx.cfg)))
-    context.log.info(f"{source}: {result.rows} documents, {result.quarantined} quarantined "
+                                                              pipeline.s3_settings(ctx.cfg), part))
+    context.log.info(f"{key}: {result.rows} documents, {result.quarantined} quarantined "
                      f"from {result.input_files} input files in {result.input_groups} groups")
     metadata = {
         "quarantine_by_reason": counts_table(
@@ -45,6 +47,7 @@ def raw_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource)
              if result.quarantine_counts.get(r)}, "reason"),
         "quarantine_uri": dg.MetadataValue.path(ctx.storage.uri(result.exclusions_path())),
         **({FINGERPRINT_KEY: fingerprint} if fingerprint is not None else {}),
+        **({"file_partition": f"{part.bucket} of {part.buckets}"} if part.bucket is not None else {}),
     }
-    return stage_result(ctx, result, metadata, evaluate_raw_document_checks(ctx.storage, ctx.rel, result, ctx.cfg),
-                        preview=["id", "uri", "modality", "text"])
+    checks = evaluate_raw_document_checks(ctx.storage, ctx.rel, result, ctx.cfg, part.bucket is not None)
+    return stage_result(ctx, result, metadata, checks, preview=["id", "uri", "modality", "text"])

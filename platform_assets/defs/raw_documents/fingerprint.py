@@ -1,6 +1,7 @@
 """A source's file fingerprint, and the one its latest raw_documents materialization read.
 
-The fingerprint hashes the source's file list with sizes and mtimes. The asset records it in its
+The fingerprint hashes the file list of a source's partition (the whole source, or one file partition
+of a split one: ingest/file_partitions.py) with sizes and mtimes. The asset records it in its
 materialization metadata (`source_fingerprint`), so the sensor and the schedule decide from the data
 on the instance, whoever materialized it (the CLI's main job, the UI, a backfill), not from their own
 cursors alone: a fresh UI after the main job launches nothing.
@@ -14,21 +15,26 @@ import dagster as dg
 
 from platform_assets.config import ConfigError, HuggingFaceSource, PipelineConfig
 from platform_assets.defs.resources import PipelineResource
+from platform_assets.ingest.file_partitions import PartitionKeyError
 from platform_assets.ingest.readers import source_files
 
 FINGERPRINT_KEY = "source_fingerprint"
 RAW_DOCUMENTS = dg.AssetKey("raw_documents")
 
 
-def source_fingerprint(cfg: PipelineConfig, name: str, pipeline: PipelineResource | None = None) -> str | None:
-    """A hash of the source's file list with sizes and mtimes; None for sources that can't be
-    listed (hub datasets; a path that does not exist yet)."""
-    src = cfg.source(name)
-    if isinstance(src, HuggingFaceSource):
+def source_fingerprint(cfg: PipelineConfig, key: str, pipeline: PipelineResource | None = None) -> str | None:
+    """A hash of the file list of partition `key` (a source, or one file partition of a split source)
+    with sizes and mtimes; None for partitions that can't be listed (hub datasets; a path that does not
+    exist yet; a key the config no longer has)."""
+    try:
+        part = cfg.source_partition(key)
+    except PartitionKeyError:
+        return None
+    if isinstance(cfg.source(part.source), HuggingFaceSource):
         return None
     try:
-        cfg.check_source_paths([name])
-        _, _, files = source_files(cfg, name, pipeline.s3_settings(cfg) if pipeline else None)
+        cfg.check_source_paths([part.source])
+        _, _, files = source_files(cfg, part.source, pipeline.s3_settings(cfg) if pipeline else None, part)
     except (ConfigError, OSError):
         return None
     h = hashlib.sha256()

@@ -1,5 +1,7 @@
 """Notices new or changed files under each source's path and requests that source's partition: a
-source whose files are what its latest materialization read (fingerprint.py) is left alone."""
+source whose files are what its latest materialization read (fingerprint.py) is left alone. A source
+split into file partitions (`file_partitions`) is one partition per bucket here: a changed file
+requests its own bucket only."""
 
 
 import json
@@ -19,7 +21,8 @@ __all__ = ["source_files_sensor", "source_fingerprint"]
     job=per_source_job,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registers configured sources as partitions and re-ingests a source when its files change.",
+    description="Registers configured sources (and file partitions of split ones) as partitions and re-ingests a "
+                "partition when its files change.",
 )
 def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineResource) -> dg.SensorResult:
     try:
@@ -28,9 +31,10 @@ def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineR
         return dg.SensorResult(skip_reason=str(err))
     cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     known = set(context.instance.get_dynamic_partitions(source_partitions.name))
-    new_partitions = [n for n in cfg.source_names() if n not in known]
+    keys = cfg.partition_keys()
+    new_partitions = [k for k in keys if k not in known]
     requests = []
-    for name in cfg.source_names():
+    for name in keys:
         fingerprint = source_fingerprint(cfg, name, pipeline)
         if fingerprint is None:
             continue
