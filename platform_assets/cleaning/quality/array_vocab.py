@@ -16,6 +16,7 @@ and only if asked for.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -136,9 +137,8 @@ class Spans:
             text = self.text
             return words.intersection(text[a:b].lower() for a, b in
                                       zip(self.starts[pick].tolist(), self.ends[pick].tolist(), strict=True))
-        ordered = sorted(words, key=_pack)
-        found = lowered_present(chars, self.starts, self.ends, np.array(list(map(_pack, ordered)), dtype=np.uint64))
-        return {ordered[i] for i in np.flatnonzero(found).tolist()}
+        ordered, targets = _packed(words)
+        return {ordered[i] for i in np.flatnonzero(lowered_present(chars, self.starts, self.ends, targets)).tolist()}
 
 
 class _Strings(Sequence):
@@ -163,6 +163,14 @@ class _Strings(Sequence):
 
     def __eq__(self, other) -> bool:
         return list(self) == list(other)
+
+
+@lru_cache(maxsize=64)
+def _packed(words: frozenset[str]) -> tuple[tuple[str, ...], np.ndarray]:
+    """`words` ordered by their packed form, and those forms (a rule set asks with the same set for
+    every document: packed once)."""
+    ordered = tuple(sorted(words, key=_pack))
+    return ordered, np.array(list(map(_pack, ordered)), dtype=np.uint64)
 
 
 def _pack(word: str) -> int:
