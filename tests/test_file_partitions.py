@@ -5,6 +5,7 @@ same documents, the sensor requesting only a changed file's bucket, the CLI's `r
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -18,6 +19,7 @@ from platform_assets.config import load_config
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
 from platform_assets.defs.dataset_splits.assets import dataset_splits
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
+from platform_assets.defs.pipeline.schedules import daily_refresh
 from platform_assets.defs.raw_documents.assets import raw_documents
 from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.raw_documents.sensors import source_files_sensor
@@ -207,6 +209,17 @@ def test_sensor_registers_bucket_keys_and_requests_only_a_changed_files_bucket(r
             changed.write_bytes(before)
     assert [r.partition_key for r in after.run_requests] == [bucket]
     assert after.dynamic_partitions_requests == []
+
+
+def test_daily_schedule_registers_and_requests_every_bucket(runs):
+    pipeline = PipelineResource(config_path=str(runs["split"]["config"]))
+    when = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                       resources={"pipeline": pipeline}) as ctx:
+            requests = daily_refresh(ctx)
+        assert instance.get_dynamic_partitions(source_partitions.name) == SPLIT_KEYS
+    assert [(r.partition_key, r.run_key) for r in requests] == [(k, f"{k}:2026-11-27") for k in SPLIT_KEYS]
 
 
 def test_removed_source_and_old_split_keys_are_not_read_by_dedup(runs, tmp_path):
