@@ -12,7 +12,6 @@ from pydantic import Field
 
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Langs, Preset, Ratio, RuleSet, ScopedSettings
-from platform_assets.cleaning.quality.kernels import NO_VALUE, ngram_check_values
 from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import Drop
 
@@ -67,6 +66,9 @@ class GopherRepetition(RuleSet):
             return d
         if view.n_tokens < 2 or not self._max_n:
             return None
+        # numba takes ~0.15 s to import: only where the rules run, not wherever the settings are read
+        from platform_assets.cleaning.quality.kernels import NO_VALUE, ngram_check_values
+
         vocab = view.vocab
         # Every n-gram check in datatrove's order, in one compiled call: values up to the first check
         # that fires (the same values and decisions as the levels, bounds and walks of ngrams.py)

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from platform_assets.cleaning.quality import kernels, rule_set
+from platform_assets.cleaning.quality import rule_set
 from platform_assets.cleaning.quality.base import RuleSet, ScopedSettings
 from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import ERROR_RULE, Doc, DocumentStep, Drop
@@ -46,6 +46,8 @@ class QualityStep(DocumentStep):
         super().__init__(on_error=on_error)
         self.rule_sets = [r if isinstance(r, RuleSet) else rule_set(r) for r in rule_sets]
         self.reads_meta = any(r.reads_meta for r in self.rule_sets)
+        from platform_assets.cleaning.quality import kernels  # numba: imported where the rules run
+
         kernels.load()  # once per process, here rather than in the first document's time
 
     def rule(self, local: str) -> str:

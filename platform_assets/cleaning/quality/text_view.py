@@ -17,8 +17,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import regex
 
-from platform_assets.cleaning.quality.kernels import piece_duplicates
-
 # A word is a run of word characters (letters with their combining marks, digits, '_'), possibly joined
 # by - ' ’ . (state-of-the-art, don't, 3.14, e.g); a run of other non-space characters is one
 # punctuation token ("," "..." "=====" ".)"). That splits punctuation off words as nltk's word_tokenize
@@ -218,6 +216,8 @@ class TextView:
         if points is None:
             pieces = split_paragraphs(self.text) if paragraphs else split_lines(self.text)
             return (len(pieces), *duplicates(pieces))
+        from platform_assets.cleaning.quality.kernels import piece_duplicates  # numba: only where rules run
+
         return piece_duplicates(points.chars, points.spaces, 2 if paragraphs else 1, paragraphs)
 
     @cached_property
