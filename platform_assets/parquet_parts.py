@@ -151,44 +151,76 @@ def _parquet_paths(columns: Sequence[str]) -> list[str]:
 
 def read_batches(
     storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows,
-    pre_buffer: bool = True,
+    pre_buffer: bool = True, batch_bytes: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of an output directory's parts, in part order. Documents written with schema v1
     and v2 read as v3 (`schema.upgrade_documents`); a newer documents schema is refused with its path.
     A column may name fields of the media items (`media.sha256`, `media.phash`): the batch then has a
     `media` column whose items hold only those fields (older schemas: every field, upgraded).
     `pre_buffer=False` reads one row group at a time instead of fetching the selected column chunks of
-    the whole part first: on a 237 MB part of images, 79 MiB of Arrow memory instead of 280 MiB."""
+    the whole part first: on a 237 MB part of images, 79 MiB of Arrow memory instead of 280 MiB.
+    `batch_bytes`: batches are whole row groups, consecutive ones joined up to `batch_rows` rows and
+    `batch_bytes` of the selected columns (`row_group_batches`); without it, `batch_rows` rows each."""
     for path in part_files(storage, rel_dir):
         with storage.fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f, pre_buffer=pre_buffer)
             if schema_tag(pf.schema_arrow) not in UPGRADABLE_TAGS:
                 check_documents_version(pf.schema_arrow, path)
                 wanted = _parquet_paths(columns) if columns else None
-                yield from pf.iter_batches(batch_size=batch_rows, columns=wanted)
+                yield from _part_batches(pf, wanted, batch_rows, batch_bytes)
                 continue
             top = _top_level(columns) if columns else None
             # v1 files have no `media` column to read (the upgrade adds it); v2 files upgrade theirs
             has_media = "media" in pf.schema_arrow.names
             wanted = [c for c in top if has_media or c != "media"] if top else None
-            for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
+            for batch in _part_batches(pf, wanted, batch_rows, batch_bytes):
                 batch = upgrade_documents(batch, path)
                 yield batch.select(top) if top else batch
 
 
-def input_batch_rows(storage: Storage, rel: str, io: IOSettings) -> int:
-    """Rows per input batch so that a batch holds ~`io.batch_bytes`: from the widest part's average row
-    (uncompressed bytes in its metadata), capped at `io.batch_rows`. A part of 100 kB images reads 671
-    rows at a time at the default 64 MiB; a part of 40 kB documents 1,677 rows (8,192 would be 330 MB);
-    short documents the usual 8,192."""
-    widest = 0.0
-    for path in part_files(storage, rel):
-        with storage.fs.open_input_file(path) as f:
-            meta = pq.ParquetFile(f).metadata
-        if meta.num_rows:
-            size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            widest = max(widest, size / meta.num_rows)
-    return max(1, min(io.batch_rows, int(io.batch_bytes // widest))) if widest else io.batch_rows
+def _part_batches(pf: pq.ParquetFile, wanted: list[str] | None, batch_rows: int,
+                  batch_bytes: int | None) -> Iterator[pa.RecordBatch]:
+    if batch_bytes is None:
+        yield from pf.iter_batches(batch_size=batch_rows, columns=wanted)
+        return
+    for row_groups, rows in row_group_batches(pf.metadata, wanted, batch_rows, batch_bytes):
+        yield from pf.iter_batches(batch_size=rows, row_groups=row_groups, columns=wanted)
+
+
+def row_group_batches(meta: pq.FileMetaData, columns: Sequence[str] | None, batch_rows: int,
+                      batch_bytes: int) -> list[tuple[list[int], int]]:
+    """How to read a part in batches bounded by bytes: runs of consecutive row groups, each read as
+    one batch of its rows, joined while the run stays within `batch_rows` rows and `batch_bytes` of
+    the selected columns (uncompressed, from the footer). A row group over either bound alone is read
+    in batches of `batch_bytes` at its own average row size. Every stage writes a row group per batch
+    and ingest cuts its batches at `io.batch_bytes`, so the bound holds down the graph, whatever the
+    document sizes: before, a part's rows per batch came from its average row, and a run of long
+    documents in a part of short ones made a batch of many times `batch_bytes` (the largest batch, so
+    the peak, grew with the input). Returns (row group indices, rows per batch) for each run."""
+    tops = {c.split(".")[0] for c in columns} if columns is not None else None
+    runs: list[tuple[list[int], int]] = []
+    run: list[int] = []
+    run_rows = run_bytes = 0
+
+    def close() -> None:
+        if run:
+            rows = run_rows if run_bytes <= batch_bytes else int(batch_bytes * run_rows // run_bytes)
+            runs.append((list(run), max(1, min(batch_rows, rows))))
+
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.num_rows == 0:
+            continue
+        size = sum(chunk.total_uncompressed_size for chunk in (group.column(j) for j in range(group.num_columns))
+                   if tops is None or chunk.path_in_schema.split(".")[0] in tops)
+        if run and (run_rows + group.num_rows > batch_rows or run_bytes + size > batch_bytes):
+            close()
+            run, run_rows, run_bytes = [], 0, 0
+        run.append(i)
+        run_rows += group.num_rows
+        run_bytes += size
+    close()
+    return runs
 
 
 def output_rows(storage: Storage, rel_dir: str) -> int:
@@ -214,13 +246,13 @@ def output_schema(storage: Storage, rel_dir: str) -> pa.Schema | None:
 
 class TableSource:
     """A committed document-level output read by a later stage: its schema, its parts as record
-    batches of `io.batch_rows` (v1 documents upgraded on read), and its side tables by name."""
+    batches bounded by `io.batch_rows` and `io.batch_bytes` (v1 documents upgraded on read), and its
+    side tables by name."""
 
     def __init__(self, storage: Storage, rel: str, io: IOSettings | None = None):
         self.storage, self.rel = storage, rel
         self.io = io or IOSettings()
         self._schema: pa.Schema | None = None
-        self._batch_rows: int | None = None
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -229,17 +261,14 @@ class TableSource:
             self._schema = output_schema(self.storage, self.rel)
         return self._schema
 
-    def batch_rows(self) -> int:
-        """Rows per batch: `io.batch_rows`, fewer where rows are wide (~`io.batch_bytes` a batch)."""
-        if self._batch_rows is None:
-            self._batch_rows = input_batch_rows(self.storage, self.rel, self.io)
-        return self._batch_rows
-
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """Batches of at most `io.batch_rows` rows and ~`io.batch_bytes` of the selected columns (whole
+        row groups; `row_group_batches`)."""
         # Locally a row group at a time: pre-buffering fetches the selected column chunks of the whole
         # part first (dataset_splits on the real corpus: peak RSS 958 -> 736 MB without it). On S3 the
         # coalesced reads save a round trip per column chunk, worth the part-sized buffer.
-        return read_batches(self.storage, self.rel, columns, self.batch_rows(), pre_buffer=not self.storage.is_local)
+        return read_batches(self.storage, self.rel, columns, self.io.batch_rows, pre_buffer=not self.storage.is_local,
+                            batch_bytes=self.io.batch_bytes)
 
     @property
     def num_rows(self) -> int:

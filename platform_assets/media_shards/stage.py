@@ -42,8 +42,7 @@ from platform_assets.media_shards.index import INDEX_KIND, index_bytes
 from platform_assets.media_shards.samples import REQUIRED_COLUMNS, MediaSample, check_columns, media_samples
 from platform_assets.media_shards.settings import MediaShardSettings
 from platform_assets.media_shards.stats import MediaCounts
-from platform_assets.parquet_parts import TableSource, input_batch_rows, read_batches, write_table
-from platform_assets.progress import tracked_batches
+from platform_assets.parquet_parts import TableSource, write_table
 from platform_assets.storage import StagedDir, Storage
 
 EXCLUSIONS_SCHEMA = exclusions_schema("media_shards")
@@ -260,13 +259,11 @@ def write_media_shards(storage: Storage, in_rel: str, out_rel: str, settings: Me
     if not formats:
         raise ValueError("media_shards.formats is empty")
     header = MediaSetHeader(audio_features=settings.audio_features == "whisper")
-    batch_rows = input_batch_rows(storage, in_rel, io)
     counts = MediaCounts()
     exclusions: list[dict[str, Any]] = []
     with storage.staged_dir(out_rel) as staged, ProvenanceWriter(staged, io.compression) as provenance:
         writer = MediaSetWriter(staged, formats, header, settings, io.batch_bytes)
-        batches = read_batches(storage, in_rel, REQUIRED_COLUMNS, batch_rows, pre_buffer=False)
-        for batch in tracked_batches(batches, "shard", source.num_rows):
+        for batch in source.tracked_batches("shard", REQUIRED_COLUMNS):
             got = media_samples(batch, header.audio_features, uri_bases)
             counts.text_documents += got.text_rows
             counts.extra_items += got.extra_items

@@ -27,7 +27,8 @@ def test_sink_commits_parts_and_side_tables_and_source_reads_them_back(tmp_path)
     assert sorted(n for n in sink.files if n.startswith("part-")) == ["part-00000.parquet", "part-00001.parquet"]
     source = TableSource(storage, "stage/_all", io)
     assert source.schema.names == ["id", "n"]
-    assert [b.num_rows for b in source.batches()] == [4, 2, 4, 2]  # io.batch_rows per read, per part
+    # whole row groups (one per write: 3 rows), joined only within io.batch_rows (4): one each
+    assert [b.num_rows for b in source.batches()] == [3, 3, 3, 3]
     assert source.table(["n"])["n"].to_pylist() == list(range(12))
     assert source.side_table(EXCLUSIONS_FILE)["id"].to_pylist() == ["x"]
     assert source.side_table("_absent.parquet") is None
@@ -45,3 +46,32 @@ def test_a_failing_stage_commits_nothing_and_keeps_the_previous_output(tmp_path)
     assert TableSource(storage, "stage/_all").table(["n"])["n"].to_pylist() == [0, 1, 2]
     assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["_all"]  # no staging left behind
     assert failing.files == {} and before
+
+
+def test_batches_stay_within_batch_bytes_when_long_documents_follow_short_ones(tmp_path):
+    """A run of long documents in a part of short ones: rows per batch from the part's average made a
+    batch of several times io.batch_bytes; whole row groups, joined up to the bound, do not."""
+    storage = Storage(str(tmp_path))
+    schema = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string())])
+    io = IOSettings(batch_rows=8192, batch_bytes=150_000)
+
+    def rows(lo: int, n: int, width: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(lo, lo + n)],
+                                           "text": [f"{i:08d}" + "x" * (width - 8) for i in range(lo, lo + n)]},
+                                          schema=schema)
+
+    with TableSink(storage, "skewed", schema, io) as sink:
+        for k in range(30):  # 30 row groups of 500 short rows (~57 kB each)
+            sink.write(rows(k * 500, 500, 100))
+        for k in range(3):  # then 3 row groups of 10 rows of 9 kB (~90 kB each)
+            sink.write(rows(15_000 + k * 10, 10, 9_000))
+        sink.write(rows(15_030, 40, 9_000))  # and one row group of 360 kB alone
+    source = TableSource(storage, "skewed", io)
+    batches = list(source.batches(["id", "text"]))
+    # by the part's average row (~155 B) a batch was 969 rows: the 70 long rows and 899 short ones made
+    # one of 684 kB (4.6x the bound)
+    assert max(b.nbytes for b in batches) <= 1.1 * io.batch_bytes
+    assert [b.num_rows for b in batches][:15] == [1000] * 15  # two short row groups per batch
+    assert pa.Table.from_batches(batches)["id"].to_pylist() == [f"d{i}" for i in range(15_070)]
+    # a narrow read joins row groups up to io.batch_rows instead
+    assert max(b.num_rows for b in source.batches(["id"])) > 1000
