@@ -4,6 +4,7 @@ same documents, the sensor requesting only a changed file's bucket, the CLI's `r
 
 import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,14 +200,15 @@ def test_sensor_registers_bucket_keys_and_requests_only_a_changed_files_bucket(r
         _, root, files = source_files(cfg, "web")
         bucket = next(k for k in SPLIT_KEYS[:4]
                       if any(f.path == str(changed) for f in files_of_bucket(files, root, cfg.source_partition(k))))
-        before = changed.read_bytes()
+        before, stat = changed.read_bytes(), changed.stat()
         try:
             changed.write_bytes(before + b'{"text": "one more line"}\n')
             with dg.build_sensor_context(instance=instance, cursor=quiet.cursor,
                                          resources={"pipeline": pipeline}) as ctx:
                 after = source_files_sensor(ctx)
-        finally:
+        finally:  # as it was, mtime too: it is the documents' `ingested_at`, which later tests compare
             changed.write_bytes(before)
+            os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert [r.partition_key for r in after.run_requests] == [bucket]
     assert after.dynamic_partitions_requests == []
 
