@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from platform_assets.cleaning import presets
-from platform_assets.cleaning.quality import kernels
+from platform_assets.cleaning.quality import c4_lines, kernels
 from platform_assets.cleaning.quality.array_vocab import array_vocab
+from platform_assets.cleaning.quality.c4 import C4, C4Settings
 from platform_assets.cleaning.quality.ngrams import (
     dup_ngram_chars,
     later_occurrences,
@@ -182,12 +183,40 @@ def test_ngram_check_values_equal_the_ngrams_reference():
     assert fired > 300 and unfired > 300  # both outcomes were exercised
 
 
+def test_c4_compiled_lines_equal_the_line_loop():
+    # c4_lines.py (where only the word count decides) against c4.py's loop over str.splitlines, with
+    # every line boundary str.splitlines knows, stripping, sentence ends and closers around them
+    rng = random.Random(17)
+    pieces = ["The cat sat on the mat", "one two", "a", " ", "\t", "\n", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c",
+              "\x85", "\u2028", "\u2029", "\xa0", ".", "!", "?", "…", "...", ".)", "!\"", "’", "”", "]", "é",
+              "x" * 30, "end. Next", "Hi! There? Yes… ok", "é. È", "\u3000", "a.b c"]
+    settings = [C4Settings(filter_no_terminal_punct=False, languages=None),
+                C4Settings(filter_no_terminal_punct=False, max_word_length=20, languages=None),
+                C4Settings(filter_no_terminal_punct=False, min_words_per_line=None, languages=None),
+                C4Settings(filter_no_terminal_punct=False, min_num_sentences=1, min_words_per_line=1,
+                           languages=None)]
+    texts = ["", "\n", "a\n", "\r\n", "a b c.\r\nd e f. g", "a b c\n", "  a b c  \n\n d e f "]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 25))) for _ in range(4000)]
+    compiled_runs = 0
+    for text in texts:
+        for s in settings:
+            fast, slow = C4(s), C4(s)
+            slow.fast_lines = False
+            c1, c2 = Counter(), Counter()
+            view = TextView(text)
+            assert fast.check(view, c1) == slow.check(TextView(text), c2), (repr(text), s)
+            assert c1 == c2, repr(text)
+            compiled_runs += "code_points" in view.__dict__
+    assert compiled_runs > 10000  # the compiled pass ran (texts without "[", "{" or a C4 phrase)
+
+
 def test_load_covers_every_signature_the_quality_step_uses():
     from platform_assets.cleaning.quality.step import QualityStep
     from platform_assets.cleaning.settings import CleaningSettings
 
     step = QualityStep(CleaningSettings().quality)  # loads the kernels
-    dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, kernels.ngram_check_values]
+    dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, kernels.ngram_check_values,
+                   kernels.piece_duplicates, kernels.lowered_present, c4_lines._kept_lines]
     before = [len(d.signatures) for d in dispatchers]
     assert all(before)
     rng = random.Random(3)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Count, Langs, Preset, RuleSet, ScopedSettings
+from platform_assets.cleaning.quality.c4_lines import kept_lines
 from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import Drop
 
@@ -85,12 +86,23 @@ class C4(RuleSet):
             low_text = (_CITATION_RE.sub("", text) if cite else text).lower()
             phrases = tuple(p for p in phrases if p in low_text)
         curly = s.filter_curly_bracket and "{" in text
-        lines = list(map(str.strip, view.lines))
-        if self.fast_lines and not (cite or phrases or curly or s.filter_no_terminal_punct) and (
-            long_word is None or max(map(len, lines), default=0) <= max_word
-        ):
+        shortcut = self.fast_lines and not (cite or phrases or curly or s.filter_no_terminal_punct)
+        joined = sentences = None  # where the compiled pass gives them
+        points = view.code_points if shortcut else None
+        if points is not None:
             # Nothing in the document for the other line rules (most prose): only the word count
-            # decides, as C loops over the lines (map, compress) instead of a Python loop (~3x).
+            # decides, in one compiled pass over the characters (c4_lines.py)
+            found = kept_lines(points, min_words)
+            shortcut = long_word is None or found.longest <= max_word
+            if shortcut:
+                if found.lines > len(found.starts):
+                    removed["too_few_words"] = found.lines - len(found.starts)
+                joined = text if found.unchanged else "\n".join(
+                    [text[a:b] for a, b in zip(found.starts.tolist(), found.ends.tolist(), strict=True)])
+                sentences = found.sentences
+        lines = [] if joined is not None else list(map(str.strip, view.lines))
+        if joined is None and shortcut and (long_word is None or max(map(len, lines), default=0) <= max_word):
+            # text beyond the BMP: the same as C loops over the lines (map, compress)
             if split_at is not None:
                 counts = map(len, map(methodcaller("split", None, split_at), lines))
                 kept = list(compress(lines, map(min_words.__le__, counts)))
@@ -128,11 +140,13 @@ class C4(RuleSet):
                 removed["policy"] += 1
                 continue
             kept.append(line)
-        joined = "\n".join(kept)
+        if joined is None:
+            joined = "\n".join(kept)
         if s.min_num_sentences is not None:
-            # count_sentences summed over the kept lines, in one pass: each non-blank line is one
-            # sentence plus its inner boundaries (a boundary never spans the joining newlines)
-            sentences = sum(map(bool, map(str.strip, kept))) + len(_INNER_SENTENCE_END_RE.findall(joined))
+            if sentences is None:
+                # count_sentences summed over the kept lines, in one pass: each non-blank line is one
+                # sentence plus its inner boundaries (a boundary never spans the joining newlines)
+                sentences = sum(map(bool, map(str.strip, kept))) + len(_INNER_SENTENCE_END_RE.findall(joined))
             if d := self.drop_below("too_few_sentences", sentences, s.min_num_sentences):
                 return d
         for reason, n in removed.items():

@@ -53,14 +53,14 @@ def load() -> None:
     _loaded = True
 
 
-def _compiled(func):
+def compiled(func):
     try:
         return numba.njit(cache=True, nogil=True)(func)
     except RuntimeError:  # "no locator available": nowhere writable to cache, compile in each process
         return numba.njit(nogil=True)(func)
 
 
-@_compiled
+@compiled
 def _table_bits(m):
     """log2 of a hash table with at least 2 slots per key (load <= 0.5: short probe runs)."""
     bits = 1
@@ -69,7 +69,7 @@ def _table_bits(m):
     return bits
 
 
-@_compiled
+@compiled
 def token_vocab(chars, kind_table):
     """The vocabulary of a text given as code points (`chars`, uint8 for ASCII, else uint32 below
     0x10000) and a kind per code point: (ids, counts, first, starts, ends) with text_view.Vocab's
@@ -112,7 +112,7 @@ def token_vocab(chars, kind_table):
     return ids, counts, first, tok_starts[first], tok_ends[first]
 
 
-@_compiled
+@compiled
 def _number_ranges(chars, starts, ends, n):
     """Ranges [starts[i], ends[i]) of `chars` (i < n) numbered by content in order of first appearance,
     through an open-addressing table hashed by FNV-1a over their characters: (ids, first range of
@@ -151,7 +151,7 @@ def _number_ranges(chars, starts, ends, n):
     return ids, first, n_distinct
 
 
-@_compiled
+@compiled
 def piece_duplicates(chars, spaces, min_newlines, strip):
     """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
     (re.split(r"\\n+") for 1, re.split(r"\\n{2,}") for 2), of the text str.strip-ped first if `strip`
@@ -190,7 +190,7 @@ def piece_duplicates(chars, spaces, min_newlines, strip):
     return n, n - n_distinct, repeated_chars
 
 
-@_compiled
+@compiled
 def lowered_present(chars, starts, ends, targets):
     """Per packed word in `targets` (sorted; array_vocab._pack: ASCII bytes little-endian, length in
     the top byte): is it some range of the ASCII `chars` once A-Z are lower-cased (str.lower)?"""
@@ -211,7 +211,7 @@ def lowered_present(chars, starts, ends, targets):
     return found
 
 
-@_compiled
+@compiled
 def ranges_with_flag(chars, flag_table, starts, ends):
     """Per range [starts[i], ends[i]): does it hold a character whose flag is set?"""
     out = np.zeros(starts.size, dtype=np.bool_)
@@ -223,7 +223,7 @@ def ranges_with_flag(chars, flag_table, starts, ends):
     return out
 
 
-@_compiled
+@compiled
 def _top_chars(n, pos, counts, first, cum):
     """ngrams.top_ngram_chars: characters in the most frequent n-gram's occurrences, or NO_VALUE."""
     top = 0
@@ -239,7 +239,7 @@ def _top_chars(n, pos, counts, first, cum):
     return (cum[i + n] - cum[i] + n - 1) * top
 
 
-@_compiled
+@compiled
 def _bounds_rule_out(n, starts, cum, dup_limits, n_chars):
     """True when, for every dup check m >= n, ngrams.repeat_bound or ngrams.union_bound of the
     m-grams at `starts` (the later occurrences at level n) is within its limit: none can fire."""
@@ -270,7 +270,7 @@ def _bounds_rule_out(n, starts, cum, dup_limits, n_chars):
     return True
 
 
-@_compiled
+@compiled
 def _dup_walk(n, pos, gram_ids, first, cum, candidates, stop_above):
     """ngrams.dup_ngram_chars: datatrove's find_all_duplicate, visiting only the later occurrences."""
     jumped = np.empty(candidates.size, dtype=np.int64)  # starts of jumped-over ranges, increasing
@@ -298,7 +298,7 @@ def _dup_walk(n, pos, gram_ids, first, cum, candidates, stop_above):
     return repeated
 
 
-@_compiled
+@compiled
 def _next_level(n, pos, gram_ids, counts, word_ids, n_distinct):
     """ngrams.ngram_levels' step to level n: the n-grams at the positions where level n - 1 repeats
     (and an n-gram fits), numbered by a hash table of (prefix id, last token) in order of first
@@ -349,7 +349,7 @@ def _next_level(n, pos, gram_ids, counts, word_ids, n_distinct):
     return new_pos, new_ids, new_counts[:n_grams], new_first[:n_grams]
 
 
-@_compiled
+@compiled
 def ngram_check_values(word_ids, counts, first, lengths, kinds, ns, limits, n_chars):
     """GopherRepetition's n-gram checks on one document, in their order (`kinds` 0 top, 1 dup; `ns`;
     `limits`): each check's value in characters (int64), NO_VALUE where it has none (as ngrams' None),

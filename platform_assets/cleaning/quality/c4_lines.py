@@ -1,0 +1,135 @@
+"""C4's line rules where only the word count decides (no citation, phrase, curly bracket or over-long
+line in the document; terminal-punctuation filter off, as FineWeb runs it), as one compiled pass over
+the text's code points (issue #13): the lines as str.splitlines cuts them, str.strip-ped, kept when
+they hold min_words_per_line words (str.split's), and the sentences c4.py counts over the kept lines
+(one per non-blank line plus each inner boundary of _INNER_SENTENCE_END_RE), without a string per
+line or the regex over the joined text. c4.py's map()/regex form stays for text beyond the BMP and is
+what the tests compare this with.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from platform_assets.cleaning.quality.kernels import compiled
+
+# Per code point: str.splitlines' line boundaries, the sentence-ending punctuation and the closing
+# quotes/brackets of c4._INNER_SENTENCE_END_RE ([.!?…] and ["'’”)\]])
+LINE_BREAK, TERMINAL, CLOSER = 1, 2, 4
+_TABLES: dict[int, np.ndarray] = {}
+
+
+def _flags(size: int) -> np.ndarray:
+    """The flag table for code points below `size` (256 for ASCII text, 0x10000 for the BMP)."""
+    table = _TABLES.get(size)
+    if table is None:
+        table = np.zeros(size, dtype=np.uint8)
+        for c in range(size):
+            if len(f"a{chr(c)}b".splitlines()) == 2:
+                table[c] |= LINE_BREAK
+        for c in ".!?…":
+            if ord(c) < size:
+                table[ord(c)] |= TERMINAL
+        for c in "\"'’”)]":
+            if ord(c) < size:
+                table[ord(c)] |= CLOSER
+        _TABLES[size] = table
+    return table
+
+
+class KeptLines(NamedTuple):
+    starts: np.ndarray
+    """Each kept line's stripped range in the text: [starts[i], ends[i])."""
+    ends: np.ndarray
+    lines: int
+    """How many lines str.splitlines gives."""
+    longest: int
+    """The longest stripped line, in characters (0 without lines)."""
+    sentences: int
+    """c4.py's sentence count over the kept lines."""
+    unchanged: bool
+    """The kept lines joined with "\\n" are the text itself (every line kept, none stripped, each
+    ended by a single "\\n", the last by none)."""
+
+
+def load() -> None:
+    """The kernel and both tables, once per process (kernels.load's counterpart; ~0.1 s)."""
+    spaces = np.zeros(256, dtype=np.bool_)
+    for chars in (np.frombuffer(b"a", dtype=np.uint8), np.frombuffer("a".encode("utf-32-le"), dtype=np.uint32)):
+        _kept_lines(chars, spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000), 1)
+
+
+def kept_lines(points, min_words: int) -> KeptLines:
+    """KeptLines of a text from array_vocab.CodePoints."""
+    chars = points.chars
+    return KeptLines(*_kept_lines(chars, points.spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000),
+                                  min_words))
+
+
+@compiled
+def _kept_lines(chars, spaces, flags, min_words):
+    size = chars.size
+    breaks = 0
+    for i in range(size):
+        if flags[chars[i]] & LINE_BREAK:
+            breaks += 1
+    starts = np.empty(breaks + 1, dtype=np.int64)
+    ends = np.empty(breaks + 1, dtype=np.int64)
+    lines = kept = longest = sentences = 0
+    unchanged = size == 0 or not flags[chars[size - 1]] & LINE_BREAK
+    i = 0
+    while i < size:
+        j = i
+        while j < size and not flags[chars[j]] & LINE_BREAK:
+            j += 1
+        a, b = i, j
+        while a < b and spaces[chars[a]]:
+            a += 1
+        while b > a and spaces[chars[b - 1]]:
+            b -= 1
+        lines += 1
+        longest = max(longest, b - a)
+        words = 0
+        for k in range(a, b):
+            if not spaces[chars[k]] and (k == a or spaces[chars[k - 1]]):
+                words += 1
+                if words == min_words:
+                    break  # enough: only `words >= min_words` matters
+        if words >= min_words:
+            starts[kept], ends[kept] = a, b
+            kept += 1
+            sentences += _inner_boundaries(chars, spaces, flags, a, b) + (b > a)
+            unchanged = unchanged and a == i and b == j
+        else:
+            unchanged = False
+        if j < size:  # "\r\n" is one boundary
+            unchanged = unchanged and chars[j] == 10
+            j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
+        i = j
+    return starts[:kept].copy(), ends[:kept].copy(), lines, longest, sentences, unchanged
+
+
+@compiled
+def _inner_boundaries(chars, spaces, flags, a, b):
+    """Matches of c4._INNER_SENTENCE_END_RE inside the stripped line [a, b) (preceded, in the joined
+    text, by a newline or the start): a run of [.!?…] not preceded by one, then ["'’”)\\]]*, then a
+    whitespace character (a newline cannot occur inside a line)."""
+    found = 0
+    k = a
+    while k < b:
+        if flags[chars[k]] & TERMINAL and (k == a or not flags[chars[k - 1]] & TERMINAL):
+            m = k + 1
+            while m < b and flags[chars[m]] & TERMINAL:
+                m += 1
+            while m < b and flags[chars[m]] & CLOSER:
+                m += 1
+            if m < b and spaces[chars[m]]:
+                found += 1
+                k = m + 1
+            else:
+                k = m  # possessive: no match starts inside the run; one may start right after it
+            continue
+        k += 1
+    return found
