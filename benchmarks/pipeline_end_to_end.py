@@ -315,7 +315,8 @@ def run_peer(spec: Spec, run_dir: Path) -> Prepared:
         dropped = [{type(step).__name__: int(st.stats["dropped"].total) for step, st in zip(p, ps.stats, strict=True)
                     if "dropped" in st.stats} for p, ps in zip(steps, stats, strict=True)]
         removed = {name: n for name, n in dropped[0].items() if n}
-        # where the peer spends: each step's own time as datatrove's stats measure it (wall seconds)
+        # where the peer spends, as datatrove's stats time it (wall s): a filter times its own batches,
+        # MinhashDedupSignature and DocumentTokenizer their whole loop (the steps before them included)
         step_seconds: dict[str, float] = {}
         for p, ps in zip(steps, stats, strict=True):
             for step, st in zip(p, ps.stats, strict=True):
