@@ -34,7 +34,9 @@ ADVERSARIAL_TEXTS = [
     "a'", "'a", "a'b", "a''b", "a.b.c", "a.-b", "x.", ".x", "...", "a" * 5000, "ab " * 3000, "é" * 2000,
     "abcdefgh abcdefgh abcdefghi", "don't don’t don’t", "e.g. e.g. 3.14", "\x1c\x1d\x1e\x1f a\x1cb",
     "e\u0301 e\u0301e\u0301", "\u212ahe khe KHE", "中文 中文中文", "a\U0001F600b", "\ud800 lone",
-    "The cat. " * 700, "ZOO Zoo zoo AZ @ [ ` {", "a b c d e f g h i j " * 300, "x" * 3 + "\n" + "yy\n" * 900,
+    "The cat. " * 700, "ZOO Zoo zoo AZ @ [ ` {",
+    "a b c d e f g h i j " * 300, "x" * 3 + "\n" + "yy\n" * 900,
+    "a," * 500, "x(y)" * 300,  # denser than token_vocab's first guess of 1 token per 4 characters
 ]
 
 STOP_SETS = [frozenset(presets.GOPHER_STOP_WORDS), frozenset(["that", "a-b"]), frozenset(["naïve", "the"]),

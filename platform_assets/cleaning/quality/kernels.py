@@ -79,12 +79,31 @@ def token_vocab(chars, kind_table):
     A token is a maximal run of word characters (with a joiner between two word characters) or of
     other non-space characters: exactly the matches of text_view's `\\w+(?:[-'’.]\\w+)*|[^\\w\\s]+`.
     """
+    # Token ranges in arrays of 1 slot per 4 characters (English has ~1 token per 5.5; 16 bytes per
+    # character for a 100 MB document would be 1.6 GB of address space), one per character only for
+    # text denser than that (a second pass)
     size = chars.size
-    # run class per character: 0 space, 1 part of a word, 2 other
-    tok_starts = np.empty(size, dtype=np.int64)
-    tok_ends = np.empty(size, dtype=np.int64)
+    tok_starts = np.empty(size // 4 + 16, dtype=np.int64)
+    tok_ends = np.empty(size // 4 + 16, dtype=np.int64)
+    n = _token_runs(chars, kind_table, tok_starts, tok_ends)
+    if n < 0:
+        tok_starts = np.empty(size, dtype=np.int64)
+        tok_ends = np.empty(size, dtype=np.int64)
+        n = _token_runs(chars, kind_table, tok_starts, tok_ends)
+    ids, first, n_distinct = _number_ranges(chars, tok_starts, tok_ends, n)
+    counts = np.zeros(n_distinct, dtype=np.int64)
+    for t in range(n):
+        counts[ids[t]] += 1
+    first = first[:n_distinct].copy()
+    return ids, counts, first, tok_starts[first], tok_ends[first]
+
+
+@compiled
+def _token_runs(chars, kind_table, tok_starts, tok_ends):
+    """Fills the token ranges (token_vocab's runs) and returns how many, or -1 if they do not fit."""
+    size = chars.size
     n = 0
-    prev_run = 0
+    prev_run = 0  # run class per character: 0 space, 1 part of a word, 2 other
     prev_kind = SPACE
     kind = kind_table[chars[0]] if size else SPACE
     for i in range(size):
@@ -99,17 +118,14 @@ def token_vocab(chars, kind_table):
             if prev_run != 0:
                 tok_ends[n - 1] = i
             if run != 0:
+                if n == tok_starts.size:
+                    return -1
                 tok_starts[n] = i
                 n += 1
         prev_run, prev_kind, kind = run, kind, next_kind
     if prev_run != 0:
         tok_ends[n - 1] = size
-    ids, first, n_distinct = _number_ranges(chars, tok_starts, tok_ends, n)
-    counts = np.zeros(n_distinct, dtype=np.int64)
-    for t in range(n):
-        counts[ids[t]] += 1
-    first = first[:n_distinct].copy()
-    return ids, counts, first, tok_starts[first], tok_ends[first]
+    return n
 
 
 @compiled
@@ -162,8 +178,11 @@ def piece_duplicates(chars, spaces, min_newlines, strip):
             lo += 1
         while hi > lo and spaces[chars[hi - 1]]:
             hi -= 1
-    starts = np.empty(hi - lo + 1, dtype=np.int64)
-    ends = np.empty(hi - lo + 1, dtype=np.int64)
+    newlines = 0
+    for i in range(lo, hi):
+        newlines += chars[i] == 10
+    starts = np.empty(newlines + 1, dtype=np.int64)  # a piece ends at a newline or at the end
+    ends = np.empty(newlines + 1, dtype=np.int64)
     n = 0
     start = lo
     i = lo
