@@ -22,6 +22,7 @@ from platform_assets.cleaning.recipes import Recipe, recipe_names, resolve_recip
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.contracts import SOURCE_NAME_PATTERN, IOSettings, StrictModel
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.ingest.file_partitions import SourcePartition, parse_partition_key, partition_keys
 from platform_assets.ingest.settings import (
     CsvSource,
     FolderSource,
@@ -151,6 +152,16 @@ class PipelineConfig(StrictModel):
 
     def source_names(self) -> list[str]:
         return [s.name for s in self.sources]
+
+    def partition_keys(self) -> list[str]:
+        """Every per-source partition key: a source's name, or its file partitions' keys
+        (`file_partitions`; ingest/file_partitions.py), in config order."""
+        return partition_keys(self.sources)
+
+    def source_partition(self, key: str) -> SourcePartition:
+        """The source (and file partition) a partition key names; PartitionKeyError if it is not one
+        of this config's keys."""
+        return parse_partition_key(self.sources, key)
 
     def resolve(self, path: str) -> str:
         """A config path made absolute: URIs as they are, local paths against the config's folder."""

@@ -48,7 +48,7 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
 def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
     ctx = stage_context(pipeline, "deduplicated_documents")
     cfg, storage, rel = ctx.cfg, ctx.storage, ctx.rel
-    inputs = [ctx.input_dir(UPSTREAM, s) for s in cfg.source_names()]
+    inputs = [ctx.input_dir(UPSTREAM, k) for k in cfg.partition_keys()]  # file partitions of split sources too
     missing = [d for d in inputs if not storage.exists(f"{d}/{MANIFEST_FILE}")]  # committed, maybe empty
     if missing:
         raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
