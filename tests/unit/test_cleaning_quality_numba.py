@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from platform_assets.cleaning import presets
-from platform_assets.cleaning.quality import c4_lines, kernels
+from platform_assets.cleaning.quality import kernels, line_stats
 from platform_assets.cleaning.quality.array_vocab import array_vocab
 from platform_assets.cleaning.quality.c4 import C4, C4Settings
 from platform_assets.cleaning.quality.ngrams import (
@@ -186,7 +186,7 @@ def test_ngram_check_values_equal_the_ngrams_reference():
 
 
 def test_c4_compiled_lines_equal_the_line_loop():
-    # c4_lines.py (where only the word count decides) against c4.py's loop over str.splitlines, with
+    # line_stats.py (where only the word count decides) against c4.py's loop over str.splitlines, with
     # every line boundary str.splitlines knows, stripping, sentence ends and closers around them
     rng = random.Random(17)
     pieces = ["The cat sat on the mat", "one two", "a", " ", "\t", "\n", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c",
@@ -212,13 +212,34 @@ def test_c4_compiled_lines_equal_the_line_loop():
     assert compiled_runs > 10000  # the compiled pass ran (texts without "[", "{" or a C4 phrase)
 
 
+def test_bullet_and_ellipsis_lines_equal_the_string_tests():
+    from operator import methodcaller
+
+    from platform_assets.cleaning.quality.gopher_quality import _ENDS_WITH_ELLIPSIS
+
+    rng = random.Random(19)
+    pieces = ["•", "-", "->", "* ", "a", "word", " ", "\t", "\xa0", "\u3000", "\n", "\r\n", "\r", "\x1c", "\u2028",
+              "\x85", ".", "..", "...", "…", "é", "—"]
+    bullet_sets = [tuple(presets.GOPHER_BULLETS), ("->", "* "), ("",), ()]
+    texts = ["", "\n", "...\n", " - a\n\n…  ", "\r\n-"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(4000)]
+    for text in texts:
+        points = TextView(text).code_points
+        lines = text.splitlines()
+        for bullets in bullet_sets:
+            expected = (len(lines), sum(map(methodcaller("startswith", bullets), map(str.lstrip, lines))),
+                        sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines))))
+            assert line_stats.bullet_ellipsis_lines(points, bullets) == expected, (repr(text), bullets)
+
+
 def test_load_covers_every_signature_the_quality_step_uses():
     from platform_assets.cleaning.quality.step import QualityStep
     from platform_assets.cleaning.settings import CleaningSettings
 
     step = QualityStep(CleaningSettings().quality)  # loads the kernels
     dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, kernels.ngram_check_values,
-                   kernels.piece_duplicates, kernels.lowered_present, c4_lines._kept_lines]
+                   kernels.piece_duplicates, kernels.lowered_present, line_stats._kept_lines,
+                   line_stats._bullet_ellipsis_lines]
     before = [len(d.signatures) for d in dispatchers]
     assert all(before)
     rng = random.Random(3)

@@ -12,7 +12,6 @@ from typing import Literal
 
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Count, Langs, Preset, RuleSet, ScopedSettings
-from platform_assets.cleaning.quality.c4_lines import kept_lines
 from platform_assets.cleaning.quality.text_view import TextView
 from platform_assets.cleaning.steps import Drop
 
@@ -90,8 +89,10 @@ class C4(RuleSet):
         joined = sentences = None  # where the compiled pass gives them
         points = view.code_points if shortcut else None
         if points is not None:
+            from platform_assets.cleaning.quality.line_stats import kept_lines  # numba: where rules run
+
             # Nothing in the document for the other line rules (most prose): only the word count
-            # decides, in one compiled pass over the characters (c4_lines.py)
+            # decides, in one compiled pass over the characters (line_stats.py)
             found = kept_lines(points, min_words)
             shortcut = long_word is None or found.longest <= max_word
             if shortcut:

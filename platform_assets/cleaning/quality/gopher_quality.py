@@ -66,15 +66,22 @@ class GopherQuality(RuleSet):
         ellipses = text.count("...") + text.count("…")
         if d := self.drop_above("ellipsis_word_ratio", ellipses / n_words, s.max_symbol_word_ratio):
             return d
-        lines = view.lines or [""]
-        # per-line tests as map() chains: C loops, no Python frame per line
-        if s.max_bullet_lines_ratio is not None and self._bullets:
-            starts = sum(map(methodcaller("startswith", self._bullets), map(str.lstrip, lines)))
-            if d := self.drop_above("bullet_lines_ratio", starts / len(lines), s.max_bullet_lines_ratio):
+        bullets = s.max_bullet_lines_ratio is not None and self._bullets
+        if bullets or s.max_ellipsis_lines_ratio is not None:
+            points = view.code_points
+            if points is not None:  # one compiled pass over the lines (line_stats.py)
+                from platform_assets.cleaning.quality.line_stats import bullet_ellipsis_lines  # numba: where rules run
+
+                n_lines, starts, ends = bullet_ellipsis_lines(points, self._bullets)
+                n_lines = n_lines or 1  # as [""] for a text without lines
+            else:  # beyond the BMP: map() chains, C loops with no Python frame per line
+                lines = view.lines or [""]
+                n_lines = len(lines)
+                starts = sum(map(methodcaller("startswith", self._bullets), map(str.lstrip, lines))) if bullets else 0
+                ends = sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines)))
+            if bullets and (d := self.drop_above("bullet_lines_ratio", starts / n_lines, s.max_bullet_lines_ratio)):
                 return d
-        if s.max_ellipsis_lines_ratio is not None:
-            ends = sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines)))
-            if d := self.drop_above("ellipsis_lines_ratio", ends / len(lines), s.max_ellipsis_lines_ratio):
+            if d := self.drop_above("ellipsis_lines_ratio", ends / n_lines, s.max_ellipsis_lines_ratio):
                 return d
         if s.min_alpha_words_ratio is not None:
             # over distinct words, weighted by their counts

@@ -1,14 +1,16 @@
-"""C4's line rules where only the word count decides (no citation, phrase, curly bracket or over-long
-line in the document; terminal-punctuation filter off, as FineWeb runs it), as one compiled pass over
-the text's code points (issue #13): the lines as str.splitlines cuts them, str.strip-ped, kept when
-they hold min_words_per_line words (str.split's), and the sentences c4.py counts over the kept lines
-(one per non-blank line plus each inner boundary of _INNER_SENTENCE_END_RE), without a string per
-line or the regex over the joined text. c4.py's map()/regex form stays for text beyond the BMP and is
-what the tests compare this with.
+"""Line statistics over str.splitlines' lines as compiled passes over the text's code points (issue
+#13), without a string per line: C4's lines where only the word count decides (no citation, phrase,
+curly bracket or over-long line in the document; terminal-punctuation filter off, as FineWeb runs it):
+the stripped lines kept when they hold min_words_per_line words (str.split's) and the sentences c4.py
+counts over them (one per non-blank line plus each inner boundary of _INNER_SENTENCE_END_RE); and
+Gopher quality's lines that start with a bullet (after str.lstrip) or end with an ellipsis (after
+str.rstrip). c4.py's and gopher_quality.py's map()/regex forms stay for text beyond the BMP and are
+what the tests compare these with.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -55,10 +57,27 @@ class KeptLines(NamedTuple):
 
 
 def load() -> None:
-    """The kernel and both tables, once per process (kernels.load's counterpart; ~0.1 s)."""
+    """The kernels and both tables, once per process (kernels.load's counterpart; ~0.1 s)."""
     spaces = np.zeros(256, dtype=np.bool_)
     for chars in (np.frombuffer(b"a", dtype=np.uint8), np.frombuffer("a".encode("utf-32-le"), dtype=np.uint32)):
-        _kept_lines(chars, spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000), 1)
+        flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
+        _kept_lines(chars, spaces, flags, 1)
+        _bullet_ellipsis_lines(chars, spaces, flags, *_bullet_table(("-",)))
+
+
+def bullet_ellipsis_lines(points, bullets: tuple[str, ...]) -> tuple[int, int, int]:
+    """(lines, lines starting with one of `bullets` once str.lstrip-ped, lines ending with "..." or
+    "…" once str.rstrip-ped) of a text from array_vocab.CodePoints, over str.splitlines' lines."""
+    chars = points.chars
+    return _bullet_ellipsis_lines(chars, points.spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000),
+                                  *_bullet_table(bullets))
+
+
+@lru_cache(maxsize=16)
+def _bullet_table(bullets: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The bullets' code points, concatenated, and where each ends."""
+    ends = np.cumsum([0, *map(len, bullets)]).astype(np.int64)
+    return np.array([ord(c) for b in bullets for c in b], dtype=np.int64), ends
 
 
 def kept_lines(points, min_words: int) -> KeptLines:
@@ -133,3 +152,39 @@ def _inner_boundaries(chars, spaces, flags, a, b):
             continue
         k += 1
     return found
+
+
+@compiled
+def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
+    size = chars.size
+    lines = bulleted = ellipsis = 0
+    i = 0
+    while i < size:
+        j = i
+        while j < size and not flags[chars[j]] & LINE_BREAK:
+            j += 1
+        a = i  # str.lstrip
+        while a < j and spaces[chars[a]]:
+            a += 1
+        b = j  # str.rstrip, of the whole line
+        while b > i and spaces[chars[b - 1]]:
+            b -= 1
+        lines += 1
+        for k in range(bullet_ends.size - 1):
+            lo, hi = bullet_ends[k], bullet_ends[k + 1]
+            if a + hi - lo <= j:
+                same = True
+                for m in range(hi - lo):
+                    if chars[a + m] != bullets[lo + m]:
+                        same = False
+                        break
+                if same:
+                    bulleted += 1
+                    break
+        if (b > i and chars[b - 1] == 0x2026) or (b - i >= 3 and chars[b - 1] == 46 and chars[b - 2] == 46
+                                                  and chars[b - 3] == 46):
+            ellipsis += 1
+        if j < size:  # "\r\n" is one boundary
+            j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
+        i = j
+    return lines, bulleted, ellipsis
