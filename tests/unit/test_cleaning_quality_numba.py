@@ -232,14 +232,40 @@ def test_bullet_and_ellipsis_lines_equal_the_string_tests():
             assert line_stats.bullet_ellipsis_lines(points, bullets) == expected, (repr(text), bullets)
 
 
+def test_fineweb_line_stats_equal_the_string_forms():
+    from platform_assets.cleaning.quality.fineweb import FineWeb, FineWebSettings
+
+    rng = random.Random(23)
+    pieces = ["Short.", "a longer line of words here ends with a stop!", "no stop", "x" * 31, "x" * 30, " ", "\t",
+              "\n", "\n", "\r", "\x1c", "\u2028", "\xa0", "。", "।", "?", "é", "dup line\n"]
+    settings = [FineWebSettings(languages=None), FineWebSettings(languages=None, line_punct_exclude_zero=True,
+                                                                 short_line_length=5, line_punct_thr=0.5)]
+    texts = ["", "\n", " \n\t", "a\n", "a\na\na"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(4000)]
+    drops = 0
+    for text in texts:
+        lines = TextView(text).nonblank_lines
+        expected = (len(lines), sum(line[-1] in presets.TERMINAL_PUNCTUATION for line in lines),
+                    sum(len(line) <= 30 for line in lines), duplicates(lines)[1])
+        points = TextView(text).code_points
+        assert line_stats.nonblank_line_stats(points, presets.TERMINAL_PUNCTUATION, 30) == expected, repr(text)
+        for s in settings:
+            compiled_view, string_view = TextView(text), TextView(text)
+            string_view.__dict__["code_points"] = None  # as for text beyond the BMP
+            outcome = FineWeb(s).check(compiled_view, Counter())
+            assert outcome == FineWeb(s).check(string_view, Counter()), (repr(text), s)
+            drops += outcome is not None
+    assert drops > 1000
+
+
 def test_load_covers_every_signature_the_quality_step_uses():
     from platform_assets.cleaning.quality.step import QualityStep
     from platform_assets.cleaning.settings import CleaningSettings
 
     step = QualityStep(CleaningSettings().quality)  # loads the kernels
     dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, kernels.ngram_check_values,
-                   kernels.piece_duplicates, kernels.lowered_present, line_stats._kept_lines,
-                   line_stats._bullet_ellipsis_lines]
+                   line_stats.piece_duplicates, kernels.lowered_present, line_stats._kept_lines,
+                   line_stats._bullet_ellipsis_lines, line_stats._nonblank_line_stats]
     before = [len(d.signatures) for d in dispatchers]
     assert all(before)
     rng = random.Random(3)

@@ -38,21 +38,31 @@ class FineWeb(RuleSet):
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | None:
         s, text = self.s, view.text
-        lines = view.nonblank_lines
-        if not lines:
+        points = view.code_points
+        if points is not None:  # one compiled pass over the lines (line_stats.py)
+            from platform_assets.cleaning.quality.line_stats import nonblank_line_stats  # numba: where rules run
+
+            n_lines, punctuated, short, repeated_chars = nonblank_line_stats(points, self.stop_chars,
+                                                                             s.short_line_length)
+        else:  # beyond the BMP: map() chains (C loops) over the lines as strings
+            lines = view.nonblank_lines
+            n_lines = len(lines)
+            punctuated = sum(map(self.stop_chars.__contains__, map(_LAST_CHAR, lines)))
+            short = sum(map(s.short_line_length.__ge__, map(len, lines)))
+            repeated_chars = duplicates(lines)[1]
+        if not n_lines:
             return Drop(f"{self.preset}.empty")
         if s.line_punct_thr is not None:
-            stop = self.stop_chars
-            ratio = sum(map(stop.__contains__, map(_LAST_CHAR, lines))) / len(lines)
+            ratio = punctuated / n_lines
             if ratio < s.line_punct_thr and not (ratio == 0 and s.line_punct_exclude_zero):
                 return below(f"{self.preset}.line_punct_ratio", ratio, s.line_punct_thr)
         if s.short_line_thr is not None:
-            ratio = sum(map(s.short_line_length.__ge__, map(len, lines))) / len(lines)
+            ratio = short / n_lines
             if d := self.drop_above("short_line_ratio", ratio, s.short_line_thr):
                 return d
         if s.char_duplicates_ratio is not None:
             denominator = len(text) - text.count("\n")
-            ratio = duplicates(lines)[1] / denominator if denominator else 0.0
+            ratio = repeated_chars / denominator if denominator else 0.0
             if d := self.drop_above("char_dup_ratio", ratio, s.char_duplicates_ratio):
                 return d
         if s.new_line_ratio is not None:

@@ -41,12 +41,10 @@ def load() -> None:
         return
     kinds = np.zeros(256, dtype=np.uint8)
     letters = np.zeros(256, dtype=np.int32)
-    spaces = np.zeros(256, dtype=np.bool_)
     ascii_chars = np.frombuffer(b"ab", dtype=np.uint8)  # read-only, as array_vocab's buffers
     for chars in (ascii_chars, np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
         ids, counts, first, starts, ends = token_vocab(chars, kinds)
         ranges_with_flag(chars, letters, starts, ends)
-        piece_duplicates(chars, spaces, 1, False)
     lowered_present(ascii_chars, starts, ends, np.zeros(1, dtype=np.uint64))
     ngram_check_values(ids, counts, first, ends - starts, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
                        np.zeros(1), 2)
@@ -90,7 +88,7 @@ def token_vocab(chars, kind_table):
         tok_starts = np.empty(size, dtype=np.int64)
         tok_ends = np.empty(size, dtype=np.int64)
         n = _token_runs(chars, kind_table, tok_starts, tok_ends)
-    ids, first, n_distinct = _number_ranges(chars, tok_starts, tok_ends, n)
+    ids, first, n_distinct = number_ranges(chars, tok_starts, tok_ends, n)
     counts = np.zeros(n_distinct, dtype=np.int64)
     for t in range(n):
         counts[ids[t]] += 1
@@ -129,7 +127,7 @@ def _token_runs(chars, kind_table, tok_starts, tok_ends):
 
 
 @compiled
-def _number_ranges(chars, starts, ends, n):
+def number_ranges(chars, starts, ends, n):
     """Ranges [starts[i], ends[i]) of `chars` (i < n) numbered by content in order of first appearance,
     through an open-addressing table hashed by FNV-1a over their characters: (ids, first range of
     each number, how many numbers)."""
@@ -165,48 +163,6 @@ def _number_ranges(chars, starts, ends, n):
             slot = (slot + np.uint64(1)) & mask
         ids[t] = d
     return ids, first, n_distinct
-
-
-@compiled
-def piece_duplicates(chars, spaces, min_newlines, strip):
-    """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
-    (re.split(r"\\n+") for 1, re.split(r"\\n{2,}") for 2), of the text str.strip-ped first if `strip`
-    (`spaces`: str.isspace per code point): (pieces, repeated pieces, characters in them)."""
-    lo, hi = 0, chars.size
-    if strip:
-        while lo < hi and spaces[chars[lo]]:
-            lo += 1
-        while hi > lo and spaces[chars[hi - 1]]:
-            hi -= 1
-    newlines = 0
-    for i in range(lo, hi):
-        newlines += chars[i] == 10
-    starts = np.empty(newlines + 1, dtype=np.int64)  # a piece ends at a newline or at the end
-    ends = np.empty(newlines + 1, dtype=np.int64)
-    n = 0
-    start = lo
-    i = lo
-    while i < hi:
-        if chars[i] != 10:
-            i += 1
-            continue
-        j = i
-        while j < hi and chars[j] == 10:
-            j += 1
-        if j - i >= min_newlines:
-            starts[n], ends[n] = start, i
-            n += 1
-            start = j
-        i = j
-    starts[n], ends[n] = start, hi
-    n += 1
-    ids, first, n_distinct = _number_ranges(chars, starts, ends, n)
-    repeated_chars = 0
-    for t in range(n):
-        repeated_chars += ends[t] - starts[t]
-    for d in range(n_distinct):
-        repeated_chars -= ends[first[d]] - starts[first[d]]
-    return n, n - n_distinct, repeated_chars
 
 
 @compiled

@@ -1,11 +1,12 @@
-"""Line statistics over str.splitlines' lines as compiled passes over the text's code points (issue
-#13), without a string per line: C4's lines where only the word count decides (no citation, phrase,
+"""Line statistics as compiled passes over the text's code points (issue #13), without a string per
+line. Over str.splitlines' lines: C4's lines where only the word count decides (no citation, phrase,
 curly bracket or over-long line in the document; terminal-punctuation filter off, as FineWeb runs it):
 the stripped lines kept when they hold min_words_per_line words (str.split's) and the sentences c4.py
-counts over them (one per non-blank line plus each inner boundary of _INNER_SENTENCE_END_RE); and
-Gopher quality's lines that start with a bullet (after str.lstrip) or end with an ellipsis (after
-str.rstrip). c4.py's and gopher_quality.py's map()/regex forms stay for text beyond the BMP and are
-what the tests compare these with.
+counts over them (one per non-blank line plus each inner boundary of _INNER_SENTENCE_END_RE); Gopher
+quality's lines that start with a bullet (after str.lstrip) or end with an ellipsis (after
+str.rstrip). Over newlines: Gopher repetition's repeated lines and paragraphs; FineWeb's non-blank lines
+of text.split("\\n") (ending with a terminal punctuation mark, short, repeated). The rule sets' string
+forms (map() chains, regexes) stay for text beyond the BMP and are what the tests compare these with.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from platform_assets.cleaning.quality.kernels import compiled
+from platform_assets.cleaning.quality.kernels import compiled, number_ranges
 
 # Per code point: str.splitlines' line boundaries, the sentence-ending punctuation and the closing
 # quotes/brackets of c4._INNER_SENTENCE_END_RE ([.!?…] and ["'’”)\]])
@@ -63,6 +64,8 @@ def load() -> None:
         flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
         _kept_lines(chars, spaces, flags, 1)
         _bullet_ellipsis_lines(chars, spaces, flags, *_bullet_table(("-",)))
+        _nonblank_line_stats(chars, spaces, _char_table(frozenset("."), flags.size), 30)
+        piece_duplicates(chars, spaces, 1, False)
 
 
 def bullet_ellipsis_lines(points, bullets: tuple[str, ...]) -> tuple[int, int, int]:
@@ -71,6 +74,23 @@ def bullet_ellipsis_lines(points, bullets: tuple[str, ...]) -> tuple[int, int, i
     chars = points.chars
     return _bullet_ellipsis_lines(chars, points.spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000),
                                   *_bullet_table(bullets))
+
+
+def nonblank_line_stats(points, stop_chars: frozenset[str], short_length: int) -> tuple[int, int, int, int]:
+    """Over text.split("\\n")'s lines that are not all whitespace (TextView.nonblank_lines): (lines,
+    lines whose last character is in `stop_chars`, lines of at most `short_length` characters,
+    characters in lines equal to an earlier one: text_view.duplicates(lines)[1])."""
+    chars = points.chars
+    return _nonblank_line_stats(chars, points.spaces, _char_table(stop_chars, 256 if chars.dtype == np.uint8 else
+                                                                  0x10000), short_length)
+
+
+@lru_cache(maxsize=16)
+def _char_table(members: frozenset[str], size: int) -> np.ndarray:
+    """bool per code point below `size`: is it one of the single characters `members`?"""
+    table = np.zeros(size, dtype=np.bool_)
+    table[[ord(c) for c in members if len(c) == 1 and ord(c) < size]] = True
+    return table
 
 
 @lru_cache(maxsize=16)
@@ -188,3 +208,78 @@ def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
             j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
         i = j
     return lines, bulleted, ellipsis
+
+
+@compiled
+def _nonblank_line_stats(chars, spaces, stop, short_length):
+    size = chars.size
+    newlines = 0
+    for i in range(size):
+        newlines += chars[i] == 10
+    starts = np.empty(newlines + 1, dtype=np.int64)
+    ends = np.empty(newlines + 1, dtype=np.int64)
+    n = punctuated = short = 0
+    i = 0
+    while True:
+        j = i
+        while j < size and chars[j] != 10:
+            j += 1
+        for k in range(i, j):
+            if not spaces[chars[k]]:  # not blank
+                starts[n], ends[n] = i, j
+                n += 1
+                punctuated += stop[chars[j - 1]]
+                short += j - i <= short_length
+                break
+        if j >= size:
+            break
+        i = j + 1
+    ids, first, n_distinct = number_ranges(chars, starts, ends, n)
+    repeated_chars = 0
+    for t in range(n):
+        repeated_chars += ends[t] - starts[t]
+    for d in range(n_distinct):
+        repeated_chars -= ends[first[d]] - starts[first[d]]
+    return n, punctuated, short, repeated_chars
+
+
+@compiled
+def piece_duplicates(chars, spaces, min_newlines, strip):
+    """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
+    (re.split(r"\\n+") for 1, re.split(r"\\n{2,}") for 2), of the text str.strip-ped first if `strip`
+    (`spaces`: str.isspace per code point): (pieces, repeated pieces, characters in them)."""
+    lo, hi = 0, chars.size
+    if strip:
+        while lo < hi and spaces[chars[lo]]:
+            lo += 1
+        while hi > lo and spaces[chars[hi - 1]]:
+            hi -= 1
+    newlines = 0
+    for i in range(lo, hi):
+        newlines += chars[i] == 10
+    starts = np.empty(newlines + 1, dtype=np.int64)  # a piece ends at a newline or at the end
+    ends = np.empty(newlines + 1, dtype=np.int64)
+    n = 0
+    start = lo
+    i = lo
+    while i < hi:
+        if chars[i] != 10:
+            i += 1
+            continue
+        j = i
+        while j < hi and chars[j] == 10:
+            j += 1
+        if j - i >= min_newlines:
+            starts[n], ends[n] = start, i
+            n += 1
+            start = j
+        i = j
+    starts[n], ends[n] = start, hi
+    n += 1
+    ids, first, n_distinct = number_ranges(chars, starts, ends, n)
+    repeated_chars = 0
+    for t in range(n):
+        repeated_chars += ends[t] - starts[t]
+    for d in range(n_distinct):
+        repeated_chars -= ends[first[d]] - starts[first[d]]
+    return n, n - n_distinct, repeated_chars

@@ -210,13 +210,13 @@ class TextView:
 
     def repeated_pieces(self, paragraphs: bool) -> tuple[int, int, int]:
         """(pieces, repeated pieces, characters in them) of split_paragraphs(text) or split_lines(text),
-        as duplicates() counts them: one compiled pass over the characters (kernels.piece_duplicates),
+        as duplicates() counts them: one compiled pass over the characters (line_stats.piece_duplicates),
         no string per line; the string forms for text beyond the BMP."""
         points = self.code_points
         if points is None:
             pieces = split_paragraphs(self.text) if paragraphs else split_lines(self.text)
             return (len(pieces), *duplicates(pieces))
-        from platform_assets.cleaning.quality.kernels import piece_duplicates  # numba: only where rules run
+        from platform_assets.cleaning.quality.line_stats import piece_duplicates  # numba: where rules run
 
         return piece_duplicates(points.chars, points.spaces, 2 if paragraphs else 1, paragraphs)
 
