@@ -77,6 +77,11 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _BMP
 
 
+def load() -> None:
+    """The BMP tables, once per process (the quality step calls it when built)."""
+    _bmp_tables()
+
+
 def code_points(text: str) -> CodePoints | None:
     """The text as an array; None beyond the BMP or with a lone surrogate (the string paths stay)."""
     if text.isascii():

@@ -46,10 +46,11 @@ class QualityStep(DocumentStep):
         super().__init__(on_error=on_error)
         self.rule_sets = [r if isinstance(r, RuleSet) else rule_set(r) for r in rule_sets]
         self.reads_meta = any(r.reads_meta for r in self.rule_sets)
-        from platform_assets.cleaning.quality import kernels, line_stats  # numba: imported where the rules run
+        from platform_assets.cleaning.quality import array_vocab, kernels, line_stats  # numba: where rules run
 
         kernels.load()  # once per process, here rather than in the first document's time
         line_stats.load()
+        array_vocab.load()
 
     def rule(self, local: str) -> str:
         # rule sets already name their rules "<preset>.<check>"
