@@ -10,8 +10,9 @@ loops. Same tokens, ids, counts and check values as text_view/array_vocab/ngrams
 stay as the reference: tests/unit/test_cleaning_quality_numba.py compares them on adversarial input).
 
 `cache=True` keeps the machine code next to this file (or in NUMBA_CACHE_DIR / the user's cache dir):
-a cold process compiles once (seconds), later ones load it (~0.1 s). Where no cache location is
-writable, numba refuses `cache=True` at decoration; the kernels are then compiled per process instead.
+a cold process compiles once (~7 CPU-s with line_stats.py's), later ones load it (~0.4 s). Where no
+cache location is writable, numba refuses `cache=True` at decoration; the kernels are then compiled in
+each process instead (the same ~7 CPU-s per process: give such a deployment a NUMBA_CACHE_DIR).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ _loaded = False
 def load() -> None:
     """Compile or load from the cache every kernel, with the argument types the rules pass, once per
     process: the quality step calls it when built, so that its first document does not pay for it
-    (loading ~0.3-0.4 s, most of it initialising LLVM; compiling, with a cold cache, ~5 s)."""
+    (loading ~0.3 s, most of it initialising LLVM; compiling, with a cold cache, ~6 CPU-s)."""
     global _loaded
     if _loaded:
         return

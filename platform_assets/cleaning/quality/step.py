@@ -2,13 +2,13 @@
 
 Where the time goes, and what keeps it down (FineWeb's four rule sets on 43 MB of the real corpus,
 one core: ~6 MB/s, 1.8x the first version, 14x datatrove; benchmarks/cleaning_quality_rules.py; and
-in issue #13, benchmarks/cleaning_stage.py, 2.6 -> 1.9 CPU-s with numpy, then ~0.8 with numba): the
-per-token and per-line loops are compiled kernels (kernels.py), one call per document: the vocabulary
-from the text's code points (array_vocab.py; `re`/`regex` and a dict below 64 characters or beyond
-the BMP), Gopher's repeated lines and paragraphs, the n-gram levels, bounds and duplicate walks, the
-word figures over distinct tokens weighted by counts; the other per-line tests are map() chains (C
-loops), and bounds skip work that cannot change the outcome. `kernels.load()` when the step is built
-(~0.3-0.4 s per process from numba's cache; ~8 s to compile where the cache is cold).
+in issue #13, benchmarks/cleaning_stage.py, 2.6 -> 1.9 CPU-s with numpy, then ~0.9 with numba): the
+per-token and per-line loops are compiled kernels, one call per document: the vocabulary from the
+text's code points (array_vocab.py, kernels.py; `re`/`regex` and a dict below 64 characters or
+beyond the BMP), the n-gram levels, bounds and duplicate walks (kernels.py), the word figures over
+distinct tokens weighted by counts, and the line statistics of every rule set (line_stats.py); bounds
+skip work that cannot change the outcome. The kernels are loaded when the step is built (~0.4-0.5 s
+per process from numba's cache; ~7 CPU-s to compile where the cache is cold or unwritable).
 
 The checks and their order follow datatrove 0.10.1 (what FineWeb ran), so the first failing check is
 the reported reason, as there. Every regex is linear in the input: no nested unbounded quantifiers,
