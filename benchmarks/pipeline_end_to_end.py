@@ -8,7 +8,8 @@ Input: an even sample of the real corpus (`*.jsonl` beside the checkout, or the 
 E2E_BENCH_MB MB of JSONL lines, per source (`text_*`, `code_*`) in proportion to its size, the lines
 with the smallest crc32 first (`scaled_corpus.prepare_inputs` at 1x, as pipeline_scaling uses it).
 Both sides read the same bytes. 128 MB by default: ours starts 9 stage processes of ~3.5 CPU-s each
-(interpreter, imports, Dagster's definitions) whatever the input, 28 of 44 CPU-s at 8 MB.
+(interpreter, imports, Dagster's definitions) whatever the input: 28 of 44 CPU-s at 8 MB, 34 of 66 at
+128 MB (figures and where each side spends: benchmarks/RESULTS.md, pipeline_end_to_end).
 
 The same filter set on both sides, in FineWeb's order: Gopher repetition, Gopher quality, C4, FineWeb
 quality, every threshold at datatrove's default (our presets' defaults are datatrove's: presets.py),
