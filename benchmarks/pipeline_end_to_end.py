@@ -311,8 +311,7 @@ def run_peer(spec: Spec, run_dir: Path) -> Prepared:
         index = sorted((d / "tokens").rglob("*.ds.index"))
         if not ds or not index:
             raise RuntimeError(f"datatrove wrote no token files under {d / 'tokens'}")
-        # the filters' survivors: what JsonlWriter wrote; after dedup: MinhashDedupFilter's forwarded ids
-        # (datatrove's stats count documents, not ids, so the ids come from the files)
+        # the filters' survivors by id: what JsonlWriter wrote (datatrove's stats count documents, not ids)
         kept = sorted(json.loads(line)["id"] for p in sorted((d / "kept").glob("*.jsonl")) for line in p.open())
         # PipelineStats holds one Stats per step, in pipeline order
         dropped = [{type(step).__name__: int(st.stats["dropped"].total) for step, st in zip(p, ps.stats, strict=True)
@@ -335,8 +334,8 @@ def run_peer(spec: Spec, run_dir: Path) -> Prepared:
 
 def check(ours: Record, peer: Record) -> None:
     """The two sides' filters must keep nearly the same documents (by the corpus's ids): at most
-    FILTER_DISAGREEMENT_MAX of the documents either side kept may be kept by one side only (and never
-    more than FILTER_DISAGREEMENT_FLOOR documents below that). What may differ: the word tokenisation
+    FILTER_DISAGREEMENT_MAX of the documents either side kept may be kept by one side only (at least
+    FILTER_DISAGREEMENT_FLOOR documents may, on a tiny input). What may differ: the word tokenisation
     (nltk's Treebank words and untrained Punkt sentences against our regex) moves documents near a
     threshold of the n-gram repetition fractions, word counts, mean word length and C4's sentence
     count; ours' language ID (min_score 0.5) removes documents before the filters, which the peer
