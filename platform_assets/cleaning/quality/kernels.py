@@ -53,6 +53,8 @@ def load() -> None:
 
 
 def compiled(func):
+    """numba.njit with the machine code cached on disk, without the GIL (a kernel only reads and
+    writes its own arrays)."""
     try:
         return numba.njit(cache=True, nogil=True)(func)
     except RuntimeError:  # "no locator available": nowhere writable to cache, compile in each process
