@@ -1,7 +1,9 @@
-"""The compiled kernels of the quality rules (quality/kernels.py) against the Python/numpy forms that
-define them (text_view's regex + dict vocabulary, ngrams.py's levels, bounds and walks in
-GopherRepetition's order), on adversarial input: empty, one character, all whitespace, joiners at the
-edges, non-ASCII, beyond the BMP, long repeats; and the cache fallback where nothing is writable."""
+"""The compiled kernels of the quality rules (quality/kernels.py, line_stats.py) against the Python
+forms that define them (text_view's regex + dict vocabulary and string splits, ngrams.py's levels,
+bounds and walks in GopherRepetition's order, the rule sets' map() chains and C4's line loop), on
+adversarial input: empty, one character, all whitespace, joiners at the edges, every str.splitlines
+boundary, non-ASCII, beyond the BMP, long repeats, dense text; that building the step loads every
+kernel signature the rules use; and the cache fallback where nothing is writable."""
 
 from __future__ import annotations
 
