@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +84,7 @@ from benchmarks.harness import (
 DEFAULT_MB = 128.0  # ours spends ~30 CPU-s starting 9 stage processes whatever the size: amortise it
 TARGET_RATIO = 20.0
 EOS = "<|endoftext|>"
+OURS_RUNNERS = ("cli", "stages")  # E2E_OURS_RUNNER: see run_ours
 QUALITY_RECIPES = ("fineweb", "published")  # C4's variant, as benchmarks/cleaning_quality_rules.py
 # check(): the share of the documents either side kept after the filters that only one side kept
 # (the sides' word tokenisers and ours-only steps: see check). Measured on /work/corpus: 8 MB 5 of 85,
@@ -161,7 +164,7 @@ def prepare(corpus: Path, run_dir: Path) -> Spec:
                                           for k, v in info["sources"].items()},
             "input_bytes": info["bytes"], "docs": info["docs"], "tokenizer": str(tok),
             "minhash": ours_lsh_shape(), "quality_recipe": quality_recipe(),
-            "alpha_rule": alpha_rule()}
+            "alpha_rule": alpha_rule(), "ours_runner": ours_runner()}
 
 
 # -- ours ------------------------------------------------------------------------------------------
@@ -196,7 +199,93 @@ def _our_counts(storage: Path) -> dict[str, Any]:
             "removed_rule_by_id": rule_of}
 
 
-def run_ours(spec: Spec, run_dir: Path) -> Prepared:
+def ours_runner() -> str:
+    runner = os.environ.get("E2E_OURS_RUNNER", "cli")
+    if runner not in OURS_RUNNERS:
+        raise SystemExit(f"E2E_OURS_RUNNER must be one of {OURS_RUNNERS}, not {runner!r}")
+    return runner
+
+
+def cli_invocation(spec: Spec, run_dir: Path) -> tuple[list[str], dict[str, str], Path]:
+    """The command a user runs (README: `python -m platform_assets run --config <yaml> --until
+    packed_shards`), its environment and the storage root it writes: pipeline_scaling's config (the
+    same builder as the `stages` runner, the overrides above) and an instance of its own in run_dir,
+    a copy of the repository's dagster_home/dagster.yaml (SQLite, telemetry off), as a user's
+    checkout has it."""
+    from benchmarks import pipeline_scaling
+
+    dagster_home = run_dir / "dagster_home"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO_ROOT / "dagster_home" / "dagster.yaml", dagster_home / "dagster.yaml")
+    config = pipeline_scaling.write_config(run_dir, spec["sources"], Path(spec["tokenizer"]),
+                                           ours_overrides(spec["quality_recipe"], spec["alpha_rule"]))
+    env = dict(os.environ)
+    env.pop("PLATFORM_CONFIG", None)  # the CLI exports --config's path itself
+    env["DAGSTER_HOME"] = str(dagster_home)
+    command = [sys.executable, "-m", "platform_assets", "run", "--config", str(config), "--until", "packed_shards"]
+    return command, env, run_dir / "data"  # write_config's storage root
+
+
+# The CLI's summary line of corpus_job (cli._summary): dedup's documents in and out, and the tokens
+CORPUS_SUMMARY = re.compile(r"^corpus\s+ok\s+dedup (\d+) -> (\d+) documents, .*\btokens (\d+)\b", re.MULTILINE)
+
+
+# What cmd_run does before its first job (imports, config, the instance, the definitions and jobs)
+CLI_STARTUP_PROBE = ("import sys; from platform_assets.cli import _use_config; "
+                     "from platform_assets.config import load_config; load_config(_use_config(sys.argv[1])); "
+                     "import dagster as dg; from platform_assets.definitions import defs; "
+                     "dg.DagsterInstance.get(); d = defs(); d.resolve_job_def('per_source_job'); "
+                     "d.resolve_job_def('corpus_job')")
+
+
+def _cli_startup_cpu_seconds(command: list[str], env: dict[str, str]) -> float:
+    """CPU of a process that does only what the CLI does before its first job, on the run's config
+    and instance: the one start-up the CLI pays (untimed; the stages runner pays one per asset)."""
+    proc = subprocess.Popen([sys.executable, "-c", CLI_STARTUP_PROBE, command[command.index("--config") + 1]],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ours: the CLI start-up probe failed: {proc.stderr.read().decode()[-2000:]}")
+    proc.stderr.close()
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_ours_cli(spec: Spec, run_dir: Path) -> Prepared:
+    command, env, storage = cli_invocation(spec, run_dir)
+    log_path = run_dir / "platform-run.out"
+
+    def work() -> dict[str, Any]:
+        # one process, reaped here: its CPU is in this process's RUSAGE_CHILDREN (the harness's
+        # figure), and wait4 gives its own CPU and peak RSS besides
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-25:]
+            raise RuntimeError(f"ours: `{' '.join(command[1:])}` failed (exit {proc.returncode}):\n  "
+                               + "\n  ".join(tail))
+        return {"cli_cpu_seconds": usage.ru_utime + usage.ru_stime, "cli_max_rss_bytes": usage.ru_maxrss * 1024}
+
+    def finish(result: dict[str, Any]) -> dict[str, Any]:
+        output = log_path.read_text(errors="replace")
+        summary = CORPUS_SUMMARY.search(output)
+        if summary is None:
+            raise RuntimeError(f"ours: no corpus_job summary line in the CLI's output:\n{output[-3000:]}")
+        counts = _our_counts(storage)
+        if len(counts["kept_ids_after_dedup"]) != int(summary.group(2)):
+            raise RuntimeError("ours: deduplicated_documents' parts and the CLI's summary disagree on rows")
+        return {**result, **counts, "runner": "cli", "command": command[1:],
+                "documents_kept": len(counts["kept_ids_after_dedup"]), "tokens_written": int(summary.group(3)),
+                "cli_startup_cpu_seconds": _cli_startup_cpu_seconds(command, env),
+                "cli_output": [line for line in output.splitlines() if line.strip()][-12:]}
+
+    return Prepared(work, finish)
+
+
+def _run_ours_stages(spec: Spec, run_dir: Path) -> Prepared:
     from benchmarks import pipeline_scaling
 
     overrides = ours_overrides(spec["quality_recipe"], spec["alpha_rule"])
@@ -214,7 +303,7 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
             raise RuntimeError("ours: deduplicated_documents' parts and its materialization disagree on rows")
         cpu = sum(rec["cpu_seconds"] for rec in result["stages"])
         work_cpu = sum(rec["work_cpu_seconds"] for rec in result["stages"])
-        return {**counts,
+        return {**counts, "runner": "stages",
                 "documents_kept": len(counts["kept_ids_after_dedup"]),
                 "tokens_written": int(stages["tokenized_documents"]["metadata"]["tokens"]),
                 # every stage process's CPU, split: its materialize call (the stage's work, Dagster's
@@ -225,6 +314,12 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
                            for rec in result["stages"]]}
 
     return Prepared(work, finish)
+
+
+def run_ours(spec: Spec, run_dir: Path) -> Prepared:
+    """`cli` (default): the CLI command users run, one process; `stages`: pipeline_scaling's runner,
+    one process per asset, for its split of stage work and process start-up."""
+    return _run_ours_cli(spec, run_dir) if spec["ours_runner"] == "cli" else _run_ours_stages(spec, run_dir)
 
 
 # -- peer: datatrove -------------------------------------------------------------------------------
@@ -370,7 +465,8 @@ def _mb_per_cpu_s(r: dict[str, Any], s: Spec) -> float:
 BENCHMARK = Benchmark(
     name="pipeline_end_to_end",
     description="raw JSONL -> packed token shards on one core, whole pipeline (issue #13)",
-    ours_label="main graph raw_documents -> packed_shards, one process per asset via dagster.materialize; cleaning "
+    ours_label="main graph raw_documents -> packed_shards as users run it, `python -m platform_assets run --until "
+               "packed_shards` (E2E_OURS_RUNNER=stages: one process per asset via dagster.materialize); cleaning "
                "with the peer's four filters (our presets) and language ID; does more: guard, PII, splits, checks, "
                "manifests",
     peer_label="datatrove LocalPipelineExecutor tasks=1 workers=1: JsonlReader -> Gopher/C4/FineWeb filters -> "
@@ -405,5 +501,6 @@ BENCHMARK = Benchmark(
          "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
          "NLTK_DATA": "{run_dir}/nltk_data"},
     describe=lambda s: (f"{s['input_bytes'] / MB:,.1f} MB, {s['docs']:,} documents, sources {sorted(s['sources'])}; "
-                        f"filters: C4 {s['quality_recipe']}, Gopher alpha rule {'on' if s['alpha_rule'] else 'off'}"),
+                        f"filters: C4 {s['quality_recipe']}, Gopher alpha rule {'on' if s['alpha_rule'] else 'off'}; "
+                        f"ours' runner {s['ours_runner']}"),
 )

@@ -1,7 +1,8 @@
 """benchmarks/pipeline_end_to_end.py through the harness, both sides, on a tiny corpus written here:
 the repository's real prose sample (text) and the platform's own modules (code), ~0.2 MB, with a
-byte-level BPE tokenizer trained here (no ../shared, no /work/corpus, nothing downloaded). The ours
-side runs 9 asset processes, each loading Dagster's definitions: ~1 minute on a quiet core, hence slow.
+byte-level BPE tokenizer trained here (no ../shared, no /work/corpus, nothing downloaded). Ours runs
+through each runner: `cli` (the CLI command users run, one process) and `stages` (9 asset processes,
+each loading Dagster's definitions: ~1 minute on a quiet core), hence slow.
 The filter config and `check` alone: tests/test_benchmarks_pipeline_end_to_end_filters.py."""
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ def _write_tokenizer(corpus: Path, path: Path) -> None:
     tok.save(str(path))
 
 
-def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("runner", e2e.OURS_RUNNERS)
+def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     write_repo_corpus(corpus)  # the pipeline_scaling test's corpus
     _write_tokenizer(corpus, tmp_path / "tokenizer.json")
     monkeypatch.setenv("E2E_TOKENIZER", str(tmp_path / "tokenizer.json"))
     monkeypatch.setenv("E2E_BENCH_MB", "0.2")
+    monkeypatch.setenv("E2E_OURS_RUNNER", runner)
     result = harness.run_benchmark(harness.get_benchmark("pipeline_end_to_end"), corpus, work_root=tmp_path / "w")
     rows = {row["metric"]: row for row in result["summary"]}
     assert 0.1 < rows["input"]["ours"] == rows["input"]["peer"] < 0.4
@@ -59,12 +62,23 @@ def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert throughput["ratio"] == pytest.approx(throughput["ours"] / throughput["peer"])
     (target,) = result["targets"]
     assert target["met"] == (throughput["ratio"] >= e2e.TARGET_RATIO)
-    # ours' figures come from its own stage records, not from the peer's
     ours = result["records"]["ours"][0]
-    assert [s["stage"].split("[")[0] for s in ours["stages"]][-1] == "packed_shards"
-    assert ours["stage_work_cpu_seconds"] > 0 and ours["stage_startup_cpu_seconds"] > 0
-    assert ours["stage_work_cpu_seconds"] + ours["stage_startup_cpu_seconds"] <= ours["cpu_seconds"]
-    assert ours["stage_work_cpu_seconds"] == pytest.approx(sum(s["work_cpu_seconds"] for s in ours["stages"]))
+    assert ours["runner"] == result["spec"]["ours_runner"] == runner
+    if runner == "cli":
+        # one CLI process did the work: its own CPU is nearly all of the side's (the rest: Popen, wait4)
+        assert ours["command"][:3] == ["-m", "platform_assets", "run"] and ours["command"][-2:] == [
+            "--until", "packed_shards"]
+        assert 0.9 * ours["cpu_seconds"] <= ours["cli_cpu_seconds"] <= ours["cpu_seconds"]
+        assert ours["peak_rss_bytes"] >= ours["cli_max_rss_bytes"] > 10 * harness.MB
+        assert 0 < ours["cli_startup_cpu_seconds"] < ours["cli_cpu_seconds"]
+        assert rows["CPU in stage process start-up"]["ours"] == 0.0  # no stage processes
+        assert rows["CPU in stage work"]["ours"] == ours["cpu_seconds"]
+    else:
+        # ours' figures come from its own stage records, not from the peer's
+        assert [s["stage"].split("[")[0] for s in ours["stages"]][-1] == "packed_shards"
+        assert ours["stage_work_cpu_seconds"] > 0 and ours["stage_startup_cpu_seconds"] > 0
+        assert ours["stage_work_cpu_seconds"] + ours["stage_startup_cpu_seconds"] <= ours["cpu_seconds"]
+        assert ours["stage_work_cpu_seconds"] == pytest.approx(sum(s["work_cpu_seconds"] for s in ours["stages"]))
     # the same filter set on both sides: check() compared the kept ids, both records carry its figures
     agreement = ours["filter_agreement"]
     assert agreement == result["records"]["peer"][0]["filter_agreement"]

@@ -116,3 +116,87 @@ def test_check_fails_when_the_filters_keep_different_documents():
     ours["kept_ids_after_filters"] = []
     with pytest.raises(BenchmarkError, match="0 of 0"):
         e2e.check(ours, peer)
+
+
+def _spec(tmp_path: Path, runner: str = "cli") -> dict:
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text("{}")
+    sources = {name: {"path": str(tmp_path / name), "bytes": 1} for name in ("text", "code")}
+    for name in sources:
+        (tmp_path / name).mkdir()
+    return {"sources": sources, "tokenizer": str(tokenizer), "quality_recipe": "fineweb", "alpha_rule": False,
+            "ours_runner": runner}
+
+
+def test_cli_runner_runs_the_readme_command_on_the_benchmarks_config(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    from platform_assets import cli
+    from platform_assets.config import load_config
+
+    monkeypatch.setenv("PLATFORM_CONFIG", "/elsewhere.yaml")  # a stale export must not pick another config
+    spec = _spec(tmp_path)
+    run_dir = tmp_path / "run"
+    command, env, storage = e2e.cli_invocation(spec, run_dir)
+    config_path = run_dir / "pipeline.yaml"
+    assert command == [sys.executable, "-m", "platform_assets", "run", "--config", str(config_path),
+                       "--until", "packed_shards"]
+    assert "packed_shards" in cli.UNTIL_CHOICES and "PLATFORM_CONFIG" not in env
+    # an instance of its own, configured as the repository's default one
+    assert env["DAGSTER_HOME"] == str(run_dir / "dagster_home")
+    assert (run_dir / "dagster_home" / "dagster.yaml").read_bytes() == (
+        REPO_ROOT / "dagster_home" / "dagster.yaml").read_bytes()
+    # the config the stages runner builds (the same filters, gates, tokenizer), its outputs under run_dir
+    config = load_config(config_path)
+    stages_config = load_config(pipeline_scaling.write_config(
+        tmp_path, spec["sources"], Path(spec["tokenizer"]), e2e.ours_overrides("fineweb", False)))
+    assert config.cleaning == stages_config.cleaning and config.cleaning_gates == stages_config.cleaning_gates
+    assert config.tokenizer == stages_config.tokenizer
+    assert Path(config.storage_root) == storage == run_dir / "data"
+    # the CLI runs one per-source job per source (no file partitions here), then the corpus job
+    assert cli.selected_partition_keys(config, None) == ["text", "code"]
+
+
+class _Value:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Materialization:
+    def __init__(self, **metadata):
+        self.metadata = {k: _Value(v) for k, v in metadata.items()}
+
+
+class _CorpusJobResult:
+    """What cli._summary and cli._checks_summary read of a corpus_job result."""
+
+    def asset_materializations_for_node(self, asset: str):
+        return {"deduplicated_documents": [_Materialization(documents_in=1523, rows=1490)],
+                "dataset_splits": [_Materialization(rows=1490)],
+                "tokenized_documents": [_Materialization(tokens=2_345_678)],
+                "packed_shards": [_Materialization(sequences=2291, efficiency=0.99)],
+                "media_shards": [_Materialization(samples=0)]}.get(asset, [])
+
+    def get_asset_check_evaluations(self):
+        return []
+
+
+def test_cli_summary_line_is_what_the_benchmark_reads():
+    from platform_assets import cli
+
+    result = _CorpusJobResult()
+    output = ("source  status ...\ntext             ok          10            0        8  4/4 checks passed\n"
+              f"{'corpus':<16} {'ok':<8} {cli._summary('corpus_job', result)}  {cli._checks_summary(result)}\n"
+              "outputs under /x; runs recorded in /y\n")
+    match = e2e.CORPUS_SUMMARY.search(output)
+    assert match is not None and match.groups() == ("1523", "1490", "2345678")
+    assert e2e.CORPUS_SUMMARY.search(output.replace("corpus           ok ", "corpus           FAILED ")) is None
+
+
+def test_ours_runner_is_checked(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("E2E_OURS_RUNNER", raising=False)
+    assert e2e.ours_runner() == "cli"
+    monkeypatch.setenv("E2E_OURS_RUNNER", "stages")
+    assert e2e.ours_runner() == "stages"
+    monkeypatch.setenv("E2E_OURS_RUNNER", "materialize")
+    with pytest.raises(SystemExit, match="E2E_OURS_RUNNER must be one of"):
+        e2e.ours_runner()
