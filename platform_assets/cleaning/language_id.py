@@ -51,6 +51,7 @@ from platform_assets.cleaning.language_script import (
     script_counts,
     script_share,
 )
+from platform_assets.cleaning.language_script import load as load_script_tables
 from platform_assets.cleaning.language_tags import (
     PY3LANGID_LABELS,
     UNDETERMINED,
@@ -71,8 +72,8 @@ _LETTER_RE = regex.compile(r"\p{L}")
 
 _MODEL_LOCK = threading.Lock()
 _MODEL: _Model | None = None
-_LOCKSTEP_MIN = 32
-_LOCKSTEP_BYTES = 250_000
+_MATRIX_MIN = 32  # below this many samples, scoring one by one is cheaper than the score matrix
+_WALK_GROUP_BYTES = 250_000
 
 
 class _Model:
@@ -112,8 +113,8 @@ class LanguageIdentifier:
 
     :meth:`predict_many` gives the same answers, bit for bit, for a whole batch: py3langid walks a
     byte-level DFA in a Python loop (~0.5 ms per 2,048-character sample: half of its time), which
-    here is one numpy step per byte position for every document at once (documents sorted by length,
-    so step p touches only those longer than p). Scoring is py3langid 0.4.0's own float32 arithmetic:
+    here is the same loop compiled, every sample of a group in one call (language_kernels.py). Scoring
+    is py3langid 0.4.0's own float32 arithmetic:
     the naive Bayes product per document with its features in order of first visit (the order
     py3langid sums them in), then its softmax, alias merge, ranking and our folding over the batch's
     score matrix, element by element as it does per row: the same probabilities, not merely the
@@ -154,83 +155,33 @@ class LanguageIdentifier:
             samples.append(_encode(sample))
         if not samples:
             return out
-        # The lockstep walk costs a few numpy calls per byte position whatever the batch size: below
-        # ~32 samples py3langid's own per-byte loop is cheaper. Its arrays take ~40 bytes per sample
-        # byte, so it goes _LOCKSTEP_BYTES of samples at a time (~10 MB; 1 MB groups: +43 MB peak on the
-        # real sample for ~7% less time), whatever the batch.
-        if len(samples) < _LOCKSTEP_MIN:
-            features = list(map(self._walk, samples))
-        else:
-            features, group, size = [], [], 0
-            for sample in samples:
-                group.append(sample)
-                size += len(sample)
-                if size >= _LOCKSTEP_BYTES:
-                    features += self._features(group)
-                    group, size = [], 0
-            features += self._features(group) if group else []
+        # The walk's arrays take 16 bytes per sample byte: _WALK_GROUP_BYTES of samples at a time (~4 MB)
+        features, group, size = [], [], 0
+        for sample in samples:
+            group.append(sample)
+            size += len(sample)
+            if size >= _WALK_GROUP_BYTES:
+                features += self._features(group)
+                group, size = [], 0
+        features += self._features(group) if group else []
         for i, best in zip(rows, self._decide(features), strict=True):
             out[i] = best
         return out
 
     def _features(self, samples: list[bytes]) -> list[tuple[np.ndarray, np.ndarray, int]]:
-        """Per sample: the DFA's features in order of first visit, their counts, the byte length."""
-        n = len(samples)
-        lengths = np.fromiter(map(len, samples), dtype=np.int64, count=n)
-        order = np.argsort(-lengths, kind="stable")  # longest first: step p works on a prefix
-        sorted_len = lengths[order]
-        total = int(lengths.sum())
-        if total == 0:
-            return [(np.empty(0, np.intp), np.empty(0, np.float32), 0)] * n
-        data = np.frombuffer(b"".join(samples[j] for j in order.tolist()), dtype=np.uint8)
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(sorted_len[:-1], out=starts[1:])
-        # active[p]: samples longer than p; slots offsets[p]..offsets[p+1] hold their bytes at p
-        active = np.searchsorted(-sorted_len, -np.arange(int(sorted_len[0])), side="left")
-        offsets = np.zeros(active.size + 1, dtype=np.int64)
-        np.cumsum(active, out=offsets[1:])
-        doc = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1], active)  # sample of each slot
-        pos = np.repeat(np.arange(active.size, dtype=np.int64), active)
-        by_pos = data[starts[doc] + pos]
-        states = np.empty(total, dtype=np.uint32)
-        state = np.zeros(n, dtype=np.uint32)
-        nextmove, rowbase = self._m.nextmove, self._m.rowbase
-        for p, k in enumerate(active.tolist()):
-            a, b = offsets[p], offsets[p] + k
-            state[:k] = states[a:b] = nextmove[rowbase[state[:k]] + by_pos[a:b]]
-        feature = self._m.output[states]
-        hit = np.flatnonzero(feature >= 0)
-        # (sample, feature) pairs with their counts and first visit, from one sort of
-        # key << bits | slot (slots are in position order within a sample)
-        n_features = self._m.weights.shape[0]
-        bits = total.bit_length()
-        packed = (doc[hit] * n_features + feature[hit]) << bits | hit
-        packed.sort()
-        keys, slot = packed >> bits, packed & ((1 << bits) - 1)
-        first = np.ones(keys.size, dtype=bool)
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        run_starts = np.flatnonzero(first)
-        counts = np.diff(np.append(run_starts, keys.size))
-        pair_key = keys[run_starts]
-        pair_doc = pair_key // n_features
-        visit = np.lexsort((pos[slot[run_starts]], pair_doc))  # per sample, in order of first visit
-        pair_doc, feats, counts = pair_doc[visit], (pair_key % n_features)[visit], counts[visit]
-        counts = counts.astype(np.float32)
-        bounds = np.searchsorted(pair_doc, np.arange(n + 1)).tolist()
-        result: list[Any] = [None] * n
-        for j, sample in enumerate(order.tolist()):
-            a, b = bounds[j], bounds[j + 1]
-            result[sample] = (feats[a:b], counts[a:b], int(sorted_len[j]))
-        return result
+        """Per sample: the DFA's features in order of first visit, their counts (float32), the byte
+        length: py3langid's `visit_counts`, compiled (language_kernels.dfa_features)."""
+        from platform_assets.cleaning.language_kernels import dfa_features
 
-    def _walk(self, sample: bytes) -> tuple[np.ndarray, np.ndarray, int]:
-        """One sample through py3langid's own DFA loop (a Counter keeps the order of first visit)."""
-        from py3langid.langid import visit_counts
-
-        m = self._m.identifier
-        visits = visit_counts(m.tk_nextmove, m._rowbase, m.tk_output, sample) or {}
-        idx = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
-        return idx, np.fromiter(visits.values(), dtype=np.float32, count=len(visits)), len(sample)
+        lengths = np.fromiter(map(len, samples), dtype=np.int64, count=len(samples))
+        starts = np.zeros(len(samples) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        data = np.frombuffer(b"".join(samples), dtype=np.uint8)
+        m = self._m
+        features, counts, bounds = dfa_features(data, starts, m.nextmove, m.rowbase, m.output, m.weights.shape[0])
+        features, counts, bounds = features.astype(np.intp), counts.astype(np.float32), bounds.tolist()
+        return [(features[a:b], counts[a:b], size)
+                for a, b, size in zip(bounds[:-1], bounds[1:], lengths.tolist(), strict=True)]
 
     def _decide_one(self, idx: np.ndarray, counts: np.ndarray, size: int) -> tuple[str, float]:
         """:meth:`_decide` for one sample, as py3langid computes it (a matrix costs more for one row)."""
@@ -256,7 +207,7 @@ class LanguageIdentifier:
 
     def _decide(self, features: list[tuple[np.ndarray, np.ndarray, int]]) -> list[tuple[str, float]]:
         """py3langid 0.4.0's `_raw_score`, `_decide` (norm_probs) and `rank`, then the folding."""
-        if len(features) < _LOCKSTEP_MIN:
+        if len(features) < _MATRIX_MIN:
             return [self._decide_one(*f) for f in features]
         m = self._m
         scores = np.zeros((len(features), len(m.classes)), dtype=np.float32)
@@ -333,6 +284,9 @@ class LanguageFilter(DocumentStep):
         self.settings = settings
         self.allow = AllowList(settings.allow) if settings.allow is not None else None
         self.identifier = LanguageIdentifier(settings.max_chars, settings.fold_macrolanguages)
+        # the compiled walk and script pass with their tables (~0.2 s from numba's cache), here rather
+        # than in the first batch; the model itself stays lazy (see LanguageIdentifier._m)
+        load_script_tables()
         self._longest_band = max(settings.min_score_by_words, default=0)
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any]:

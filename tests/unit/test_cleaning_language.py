@@ -139,6 +139,6 @@ def test_batch_prediction_is_py3langids_bit_for_bit(identifier):
         text = " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
         texts.append(text[rng.randint(0, 40): rng.randint(1, len(text))])
     expected = [_py3langid_reference(model, t) for t in texts]
-    assert identifier.predict_many(texts) == expected  # the lockstep walk (>= 32 texts)
-    assert [identifier.predict(t) for t in texts[:40]] == expected[:40]  # py3langid's loop, one by one
+    assert identifier.predict_many(texts) == expected  # the compiled walk, the score matrix (>= 32 texts)
+    assert [identifier.predict(t) for t in texts[:40]] == expected[:40]  # one by one: one-row scoring
     assert identifier.predict_many(texts[:5]) == expected[:5]
