@@ -18,10 +18,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
+from functools import cache
 
 import ftfy
+import numpy as np
 from ftfy.badness import BADNESS_RE, is_bad
 
+from platform_assets.cleaning import normalize_scan
 from platform_assets.cleaning.settings import NormalizeSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -47,7 +51,7 @@ _FTFY_CONFIG = ftfy.TextFixerConfig(
 _NEEDS_FTFY_RE = re.compile(r"[\x80-\x9f\x1b]")  # C1 controls, ESC (terminal escape sequences)
 
 
-def _mojibake_bigrams() -> re.Pattern[str]:
+def _mojibake_classes() -> tuple[str, str]:
     leads, conts = set(), set()
     for codec in ("latin-1", "cp1252", "cp1250", "cp1251", "iso-8859-2", "mac_roman", "cp437"):
         leads.update(bytes(range(0xC2, 0xF5)).decode(codec, errors="ignore"))
@@ -56,10 +60,11 @@ def _mojibake_bigrams() -> re.Pattern[str]:
     cls = lambda chars: "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"  # noqa: E731
     # One class pair over all codecs: a superset of each codec's pairs, so no mojibake is missed; a
     # legitimate text that matches only costs an `is_bad` call.
-    return re.compile(cls(leads) + cls(conts))
+    return cls(leads), cls(conts)
 
 
-_MAYBE_MOJIBAKE_RE = _mojibake_bigrams()
+_MOJIBAKE_LEAD, _MOJIBAKE_CONT = _mojibake_classes()
+_MAYBE_MOJIBAKE_RE = re.compile(_MOJIBAKE_LEAD + _MOJIBAKE_CONT)
 
 # Deleted: C0 controls except tab/newline (CR/FF/VT are turned into newlines first when whitespace is
 # normalised), DEL, C1 controls, BOM/zero-width no-break space, zero-width space, soft hyphen, word
@@ -77,6 +82,7 @@ _CONTROL_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _CONTROL_CODEP
 # space U+3000 is kept: in CJK text it is a full-width character with its own width, not a space.
 _SPACES_RE = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f]")
 _LINE_BREAK_RE = re.compile("\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+_LINE_BREAK_CHARS_RE = re.compile("[\r\x0b\x0c\x85\u2028\u2029]")  # _LINE_BREAK_RE matches iff one is there
 _INNER_SPACES_RE = re.compile(r"(?<![ \t])[ \t]{2,}")  # starts only at a run's first character: linear
 # ASCII characters that are not deleted controls: bytes.translate(None, these) of an ASCII text is
 # empty unless it holds a control character (~1 GB/s, where the regex search runs at ~100 MB/s)
@@ -149,7 +155,30 @@ def _is_bad(text: str) -> bool:
 def normalize_text(text: str, settings: NormalizeSettings, counters: Counter[str] | None = None) -> str:
     """One text through the configured normalisation passes."""
     counters = counters if counters is not None else Counter()
-    return _whitespace(_repair(text, settings, counters), settings, counters)
+    flags = _scan(text)
+    repaired = _repair(text, settings, counters, flags)
+    if repaired is not text:  # ftfy or the normal form changed it (rare): its characters are new
+        flags = _scan(repaired)
+    return _whitespace(repaired, settings, counters, flags)
+
+
+@cache
+def _scanner() -> tuple[Callable[[str, np.ndarray], int], np.ndarray]:
+    """normalize_scan.scan and its table, built from this module's regexes (~0.05 s, once per process;
+    the step calls it when built)."""
+    table = normalize_scan.char_flags(_NEEDS_FTFY_RE, re.compile(_MOJIBAKE_LEAD), re.compile(_MOJIBAKE_CONT),
+                                      _SPACES_RE, _CONTROL_RE, _LINE_BREAK_CHARS_RE)
+    normalize_scan.load(table)
+    return normalize_scan.scan, table
+
+
+def _scan(text: str) -> int | None:
+    """normalize_scan's flags of a non-ASCII text (which regex passes can change it); None for ASCII,
+    where substring tests and bytes.translate decide at memchr speed."""
+    if text.isascii():
+        return None
+    scan, table = _scanner()
+    return scan(text, table)
 
 
 def _strip_lines(text: str, max_blank_lines: int) -> str:
@@ -169,10 +198,13 @@ def _strip_lines(text: str, max_blank_lines: int) -> str:
     return "\n".join(out)
 
 
-def _repair(text: str, s: NormalizeSettings, counters: Counter[str]) -> str:
-    """Mojibake and the Unicode normal form: per document (ftfy), and only for text that can need it."""
-    if s.fix_mojibake and (not text.isascii() or "\x1b" in text):
-        if _NEEDS_FTFY_RE.search(text) or (_MAYBE_MOJIBAKE_RE.search(text) and _is_bad(text)):
+def _repair(text: str, s: NormalizeSettings, counters: Counter[str], flags: int | None) -> str:
+    """Mojibake and the Unicode normal form: per document (ftfy), and only for text that can need it.
+    `flags`: _scan(text)."""
+    if s.fix_mojibake and (flags is not None or "\x1b" in text):
+        # an ASCII text gets here only with an ESC, which _NEEDS_FTFY_RE matches
+        needs_ftfy = flags is None or flags & normalize_scan.NEEDS_FTFY
+        if needs_ftfy or (flags & normalize_scan.MOJIBAKE and _is_bad(text)):
             fixed = ftfy.fix_text(text, _FTFY_CONFIG)
             if fixed != text:
                 counters["mojibake_fixed"] += 1
@@ -184,24 +216,21 @@ def _repair(text: str, s: NormalizeSettings, counters: Counter[str]) -> str:
     return text
 
 
-def _whitespace(text: str, s: NormalizeSettings, counters: Counter[str]) -> str:
+def _whitespace(text: str, s: NormalizeSettings, counters: Counter[str], flags: int | None) -> str:
     """Line breaks, spaces, control characters, trailing spaces, blank-line runs.
 
     Substring tests (memchr speed) decide which passes can change anything: a regex search for a
     character class runs at ~100 MB/s in `re`, and splitting every document into lines took as long,
-    when real text rarely has a CR, a control character, trailing spaces or a run of blank lines.
+    when real text rarely has a CR, a control character, trailing spaces or a run of blank lines. A
+    non-ASCII text's `flags` (_scan(text)) say the same for its non-ASCII classes in one pass.
     """
-    ascii_text = text.isascii()
+    ascii_text = flags is None
     if s.normalize_whitespace:
-        if "\r" in text or "\x0b" in text or "\x0c" in text or (
-            not ascii_text and ("\x85" in text or "\u2028" in text or "\u2029" in text)
-        ):
+        if ("\r" in text or "\x0b" in text or "\x0c" in text) if ascii_text else flags & normalize_scan.LINE_BREAK:
             text = _LINE_BREAK_RE.sub("\n", text)
-        if not ascii_text and _SPACES_RE.search(text):
+        if not ascii_text and flags & normalize_scan.SPACE:
             text = _SPACES_RE.sub(" ", text)
-    if s.remove_control_chars and (
-        text.encode("ascii").translate(None, _ASCII_NOT_CONTROL) if ascii_text else _CONTROL_RE.search(text)
-    ):
+    if s.remove_control_chars and _has_controls(text, flags, s.normalize_whitespace):
         counters["control_chars_removed"] += 1
         text = _CONTROL_RE.sub("", text)
     if s.normalize_whitespace:
@@ -221,6 +250,14 @@ def _whitespace(text: str, s: NormalizeSettings, counters: Counter[str]) -> str:
     return text
 
 
+def _has_controls(text: str, flags: int | None, whitespace_normalized: bool) -> bool:
+    """Whether _CONTROL_RE finds something in `text` (after the whitespace passes; `flags`: before them)."""
+    if flags is None:
+        return bool(text.encode("ascii").translate(None, _ASCII_NOT_CONTROL))
+    # NEL is a control character too, but a "\n" by now when whitespace was normalised
+    return bool(flags & normalize_scan.CONTROL or (flags & normalize_scan.NEL and not whitespace_normalized))
+
+
 class Normalize(DocumentStep):
     """Rewrites text; removes a document only if nothing is left (rule normalize.empty)."""
 
@@ -229,6 +266,7 @@ class Normalize(DocumentStep):
     def __init__(self, settings: NormalizeSettings | None = None, **kwargs):
         super().__init__(**kwargs)
         self.settings = settings or NormalizeSettings()
+        _scanner()  # the scan's table and kernel (from numba's cache) here, not in the first document
 
     rewrites_messages = True  # what trains on a chat document is its messages: same normalisation
 
