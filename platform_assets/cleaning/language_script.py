@@ -80,7 +80,8 @@ def script_counts(text: str) -> Counter[str]:
 
     Scripts appear in the order of their first letter (Han's variant last), as the regex runs over the
     letters find them: :func:`script_counts_by_regex`, which a compiled pass over the code points
-    replaces (language_kernels.script_letter_bytes, ~0.25 -> 0.0x CPU-s on the benchmark's 2,172 samples).
+    replaces (language_kernels.script_letter_bytes; 0.67 -> 0.02 CPU-s under cProfile on the
+    cleaning_stage benchmark's 2,172 samples, 0.42 of it the ASCII isalpha loop).
     """
     counts: Counter[str] = Counter()
     if text.isascii():  # most documents: every ASCII letter is Latin, and one byte
