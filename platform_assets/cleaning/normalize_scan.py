@@ -32,7 +32,7 @@ def char_flags(needs_ftfy: re.Pattern[str], lead: re.Pattern[str], cont: re.Patt
                controls: re.Pattern[str], line_breaks: re.Pattern[str]) -> np.ndarray:
     """The flag of every BMP code point, from single-character regexes (each matched over all of them)."""
     table = np.zeros(_BMP, dtype=np.uint8)
-    every_char = "".join(map(chr, range(_BMP)))
+    every_char = np.arange(_BMP, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
     for pattern, flag in ((needs_ftfy, NEEDS_FTFY), (lead, MOJIBAKE_LEAD), (cont, MOJIBAKE_CONT),
                           (spaces, SPACE), (controls, CONTROL), (line_breaks, LINE_BREAK)):
         hits = [m.start() for m in pattern.finditer(every_char)]
