@@ -104,3 +104,12 @@ def test_normalize_text_equals_the_regex_decisions(settings):
         counters: Counter[str] = Counter()
         assert normalize.normalize_text(text, settings, counters) == expected, repr(text)
         assert counters == expected_counters, repr(text)
+
+
+def test_building_the_step_loads_the_kernel_signature_it_uses():
+    normalize.Normalize()
+    kernel = normalize_scan._kernel()
+    signatures = len(kernel.signatures)
+    assert signatures
+    normalize.normalize_text("Ã© caf\xe9\xa0\x85 \U0001F600", NormalizeSettings())
+    assert len(kernel.signatures) == signatures  # nothing compiled in the first document
