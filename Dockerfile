@@ -52,10 +52,12 @@ COPY . .
 # that locates configs/ or dvc.yaml relative to the repo root finds them in the image too.
 RUN pip install -c /tmp/torch-constraint.txt --no-deps -e . \
     && python -c "import dagster, dagster_postgres, dagster_aws, torch; print('torch', torch.__version__)"
-# The cleaning quality rules' numba kernels compiled once, into the image (their cache beside the
-# sources): otherwise every run pod compiles them again (~7 CPU-s) before its first document.
-RUN python -c "from platform_assets.cleaning.quality import array_vocab, kernels, line_stats; \
-[m.load() for m in (kernels, line_stats, array_vocab)]"
+# The cleaning steps' numba kernels (quality rules, language, normalize) compiled once, into the image
+# (their cache beside the sources): otherwise every run pod compiles them again (~8 CPU-s) before its
+# first document.
+RUN python -c "from platform_assets.cleaning import language_kernels, language_script, normalize; \
+from platform_assets.cleaning.quality import array_vocab, kernels, line_stats; \
+[m.load() for m in (kernels, line_stats, array_vocab, language_kernels, language_script, normalize)]"
 
 # The instance for compose: Postgres storage, queued runs, pools, compute logs to MinIO.
 COPY dagster_home/compose/dagster.yaml dagster_home/compose/workspace.yaml ${DAGSTER_HOME}/

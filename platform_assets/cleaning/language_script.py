@@ -103,10 +103,7 @@ def script_counts(text: str) -> Counter[str]:
             counts[code] = int(letter_bytes[index])
     if han:
         variant = _han_variant(n_simplified, n_traditional)
-        # As script_counts_by_regex's `counts[variant] += counts.pop("Hani")`, which reads counts["Hani"]
-        # before the pop: with the variant `Hani` (neither form outnumbers the other) Han counts twice.
-        # Kept for identical outputs; whether to fix it is a separate change of the step's answers.
-        counts[variant] = 2 * han if variant == "Hani" else han
+        counts[variant] = han  # after the other scripts, as script_counts_by_regex
     return counts
 
 
@@ -126,8 +123,11 @@ def script_counts_by_regex(text: str) -> Counter[str]:
         return counts
     for match in _SCRIPT_RE.finditer(letters_only):
         counts[match.lastgroup] += len(match.group().encode("utf-8", "surrogatepass"))
-    if counts["Hani"]:
-        counts[han_variant(text)] += counts.pop("Hani")
+    # popped first: `counts[variant] += counts.pop("Hani")` read counts["Hani"] before the pop, so with
+    # the variant `Hani` (neither form outnumbers the other, e.g. "文件") Han letters counted twice
+    han = counts.pop("Hani", 0)
+    if han:
+        counts[han_variant(text)] += han
     return +counts
 
 
