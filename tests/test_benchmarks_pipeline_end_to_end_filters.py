@@ -1,6 +1,7 @@
 """pipeline_end_to_end's like-for-like parts, without running either pipeline: ours' generated config
 applies the peer's four filters with datatrove's thresholds, and `check` fails when the sides' filters
-keep different documents (fast; the whole benchmark is tests/test_benchmarks_pipeline_end_to_end.py)."""
+keep different documents; the CLI runner builds the README's command on its own instance, and reads the
+CLI's corpus summary line (fast; the whole benchmark is tests/test_benchmarks_pipeline_end_to_end.py)."""
 
 from __future__ import annotations
 
