@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import regex
 
+from platform_assets import stage_caches
 from platform_assets.cleaning.language_bands import band_min_score, count_words
 from platform_assets.cleaning.language_script import (
     LANGUAGE_SCRIPTS,
@@ -106,6 +107,18 @@ def _load_model() -> _Model:
         if _MODEL is None:
             _MODEL = _Model()
         return _MODEL
+
+
+def release_model() -> bool:
+    """Drop the process's model (loaded again on the next prediction); True if one was loaded."""
+    global _MODEL
+    with _MODEL_LOCK:
+        held, _MODEL = _MODEL is not None, None
+        return held
+
+
+# kept across the sources' cleaned_documents runs, dropped when another stage starts (in one process)
+stage_caches.register("cleaned_documents", "language model", release_model)
 
 
 class LanguageIdentifier:
