@@ -265,6 +265,22 @@ def _child_env(bench: Benchmark, run_dir: Path) -> dict[str, str]:
     return env
 
 
+
+def run_reaped(command: list[str], env: dict[str, str], log_path: Path) -> tuple[int, Any]:
+    """Run `command` from the repository root, its output in `log_path`; (exit code, its rusage).
+    wait4, not wait: the rusage is this child's own (and of every descendant it reaped): CPU, and
+    ru_maxrss in KiB on Linux."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+    return os.waitstatus_to_exitcode(status), usage
+
+
+def log_tail(log_path: Path, lines: int = 25) -> list[str]:
+    """The last lines of a failed child's output, for the error message."""
+    return log_path.read_text(errors="replace").strip().splitlines()[-lines:]
+
 def run_side(bench: Benchmark, side: str, spec_path: Path, work: Path, tag: str,
              profile: Path | None = None) -> Record:
     """Run one side in a fresh interpreter; its outputs are deleted afterwards."""
@@ -279,16 +295,10 @@ def run_side(bench: Benchmark, side: str, spec_path: Path, work: Path, tag: str,
     load = os.getloadavg()
     busy0, t0 = _cpu_busy_seconds(), time.monotonic()
     try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_child_env(bench, run_dir), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            # wait4, not wait: it returns this child's own rusage (ru_maxrss in KiB on Linux)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-25:]
-            raise BenchmarkError(f"{bench.name}: the {side} side failed (exit {proc.returncode}):\n  "
-                                 + "\n  ".join(tail))
+        returncode, usage = run_reaped(cmd, _child_env(bench, run_dir), log_path)
+        if returncode != 0:
+            raise BenchmarkError(f"{bench.name}: the {side} side failed (exit {returncode}):\n  "
+                                 + "\n  ".join(log_tail(log_path)))
         record = json.loads(result_path.read_text())
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -88,7 +88,9 @@ from benchmarks.harness import (
     Spec,
     Target,
     cpu_seconds_metric,
+    log_tail,
     peak_rss_metric,
+    run_reaped,
     work_seconds_metric,
 )
 
@@ -269,15 +271,10 @@ def _run_ours_cli(spec: Spec, run_dir: Path) -> Prepared:
     def work() -> dict[str, Any]:
         # one process, reaped here: its CPU is in this process's RUSAGE_CHILDREN (the harness's
         # figure), and wait4 gives its own CPU and peak RSS besides
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-25:]
-            raise RuntimeError(f"ours: `{' '.join(command[1:])}` failed (exit {proc.returncode}):\n  "
-                               + "\n  ".join(tail))
+        returncode, usage = run_reaped(command, env, log_path)
+        if returncode != 0:
+            raise RuntimeError(f"ours: `{' '.join(command[1:])}` failed (exit {returncode}):\n  "
+                               + "\n  ".join(log_tail(log_path)))
         return {"cli_cpu_seconds": usage.ru_utime + usage.ru_stime, "cli_max_rss_bytes": usage.ru_maxrss * 1024}
 
     def finish(result: dict[str, Any]) -> dict[str, Any]:

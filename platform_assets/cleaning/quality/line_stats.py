@@ -234,13 +234,8 @@ def _nonblank_line_stats(chars, spaces, stop, short_length):
         if j >= size:
             break
         i = j + 1
-    ids, first, n_distinct = number_ranges(chars, starts, ends, n)
-    repeated_chars = 0
-    for t in range(n):
-        repeated_chars += ends[t] - starts[t]
-    for d in range(n_distinct):
-        repeated_chars -= ends[first[d]] - starts[first[d]]
-    return n, punctuated, short, repeated_chars
+    _, first, n_distinct = number_ranges(chars, starts, ends, n)
+    return n, punctuated, short, _repeated_characters(starts, ends, first, n, n_distinct)
 
 
 @compiled
@@ -276,10 +271,16 @@ def piece_duplicates(chars, spaces, min_newlines, strip):
         i = j
     starts[n], ends[n] = start, hi
     n += 1
-    ids, first, n_distinct = number_ranges(chars, starts, ends, n)
-    repeated_chars = 0
+    _, first, n_distinct = number_ranges(chars, starts, ends, n)
+    return n, n - n_distinct, _repeated_characters(starts, ends, first, n, n_distinct)
+
+
+@compiled
+def _repeated_characters(starts, ends, first, n, n_distinct):
+    """Characters in the ranges that repeat an earlier one: every range's minus each distinct one's first."""
+    total = 0
     for t in range(n):
-        repeated_chars += ends[t] - starts[t]
+        total += ends[t] - starts[t]
     for d in range(n_distinct):
-        repeated_chars -= ends[first[d]] - starts[first[d]]
-    return n, n - n_distinct, repeated_chars
+        total -= ends[first[d]] - starts[first[d]]
+    return total
