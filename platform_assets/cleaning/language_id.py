@@ -117,8 +117,8 @@ def release_model() -> bool:
         return held
 
 
-# kept across the sources' cleaned_documents runs, dropped when another stage starts (in one process)
-stage_caches.register("cleaned_documents", "language model", release_model)
+# kept through the per-source job's ingest and cleaning of every source, dropped when a later stage starts
+stage_caches.register("language model", frozenset({"raw_documents", "cleaned_documents"}), release_model)
 
 
 class LanguageIdentifier:

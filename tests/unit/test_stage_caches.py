@@ -11,7 +11,7 @@ from platform_assets.cleaning.language_id import LanguageIdentifier
 SENTENCE = "The quick brown fox jumps over the lazy dog and keeps running through the field."
 
 
-def test_a_stage_keeps_its_own_caches_and_drops_the_others(monkeypatch):
+def test_a_stage_keeps_the_caches_it_shares_and_drops_the_others(monkeypatch):
     monkeypatch.setattr(stage_caches, "_RELEASES", {})
     held = {"a": True, "b": True}
 
@@ -21,9 +21,9 @@ def test_a_stage_keeps_its_own_caches_and_drops_the_others(monkeypatch):
             return was
         return drop
 
-    stage_caches.register("stage_a", "a", release("a"))
-    stage_caches.register("stage_b", "b", release("b"))
-    assert stage_caches.release_other_stages("stage_a") == ["b"]
+    stage_caches.register("a", frozenset({"stage_a", "stage_a2"}), release("a"))
+    stage_caches.register("b", frozenset({"stage_b"}), release("b"))
+    assert stage_caches.release_other_stages("stage_a2") == ["b"]
     assert held == {"a": True, "b": False}
     assert stage_caches.release_other_stages("stage_a") == []  # nothing held any more: nothing named
     assert stage_caches.release_other_stages("stage_c") == ["a"]
@@ -33,7 +33,9 @@ def test_the_language_model_is_released_when_another_stage_starts():
     process = psutil.Process()
     first = LanguageIdentifier().predict(SENTENCE)
     assert language_id._MODEL is not None
-    assert stage_caches.release_other_stages("cleaned_documents") == []  # its own stage keeps it
+    # ingest and cleaning keep it: the per-source job runs them for each source in turn
+    assert stage_caches.release_other_stages("cleaned_documents") == []
+    assert stage_caches.release_other_stages("raw_documents") == []
     assert language_id._MODEL is not None
     before = process.memory_info().rss
     assert "language model" in stage_caches.release_other_stages("deduplicated_documents")
