@@ -89,14 +89,7 @@ from benchmarks.harness import (
     peak_rss_metric,
     work_seconds_metric,
 )
-from benchmarks.pipeline_end_to_end_ours import (  # noqa: F401  (some for the tests)
-    CORPUS_SUMMARY,
-    OURS_RUNNERS,
-    cli_invocation,
-    ours_overrides,
-    ours_runner,
-    run_ours,
-)
+from benchmarks.pipeline_end_to_end_ours import ours_runner, run_ours
 
 DEFAULT_MB = 128.0  # the size of the earlier figures (RESULTS.md), so the runners compare
 TARGET_RATIO = 20.0

@@ -23,6 +23,7 @@ from test_benchmarks_pipeline_scaling import write_repo_corpus  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from benchmarks import pipeline_end_to_end as e2e  # noqa: E402
+from benchmarks import pipeline_end_to_end_ours as e2e_ours  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,7 @@ def _write_tokenizer(corpus: Path, path: Path) -> None:
     tok.save(str(path))
 
 
-@pytest.mark.parametrize("runner", e2e.OURS_RUNNERS)
+@pytest.mark.parametrize("runner", e2e_ours.OURS_RUNNERS)
 def test_pipeline_end_to_end_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

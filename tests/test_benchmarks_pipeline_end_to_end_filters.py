@@ -17,6 +17,7 @@ pytest.importorskip("datatrove")
 pytest.importorskip("nltk")
 
 from benchmarks import pipeline_end_to_end as e2e  # noqa: E402
+from benchmarks import pipeline_end_to_end_ours as e2e_ours  # noqa: E402
 from benchmarks import pipeline_scaling  # noqa: E402
 from benchmarks.harness import BenchmarkError  # noqa: E402
 
@@ -59,7 +60,8 @@ def test_ours_config_applies_the_peers_filters(tmp_path: Path, recipe: str, alph
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text("{}")
     sources = {"text": {"path": str(tmp_path / "text")}, "code": {"path": str(tmp_path / "code")}}
-    config = load_config(pipeline_scaling.write_config(tmp_path, sources, tokenizer, e2e.ours_overrides(recipe, alpha)))
+    overrides = e2e_ours.ours_overrides(recipe, alpha)
+    config = load_config(pipeline_scaling.write_config(tmp_path, sources, tokenizer, overrides))
     ours = config.cleaning.quality
     peer = e2e.peer_filters(recipe, alpha)
     assert [q.preset for q in ours] == list(SAME_SETTING)
@@ -137,7 +139,7 @@ def test_cli_runner_runs_the_readme_command_on_the_benchmarks_config(tmp_path: P
     monkeypatch.setenv("PLATFORM_CONFIG", "/elsewhere.yaml")  # a stale export must not pick another config
     spec = _spec(tmp_path)
     run_dir = tmp_path / "run"
-    command, env, storage = e2e.cli_invocation(spec, run_dir)
+    command, env, storage = e2e_ours.cli_invocation(spec, run_dir)
     config_path = run_dir / "pipeline.yaml"
     assert command == [sys.executable, "-m", "platform_assets", "run", "--config", str(config_path),
                        "--until", "packed_shards"]
@@ -149,7 +151,7 @@ def test_cli_runner_runs_the_readme_command_on_the_benchmarks_config(tmp_path: P
     # the config the stages runner builds (the same filters, gates, tokenizer), its outputs under run_dir
     config = load_config(config_path)
     stages_config = load_config(pipeline_scaling.write_config(
-        tmp_path, spec["sources"], Path(spec["tokenizer"]), e2e.ours_overrides("fineweb", False)))
+        tmp_path, spec["sources"], Path(spec["tokenizer"]), e2e_ours.ours_overrides("fineweb", False)))
     assert config.cleaning == stages_config.cleaning and config.cleaning_gates == stages_config.cleaning_gates
     assert config.tokenizer == stages_config.tokenizer
     assert Path(config.storage_root) == storage == run_dir / "data"
@@ -188,16 +190,16 @@ def test_cli_summary_line_is_what_the_benchmark_reads():
     output = ("source  status ...\ntext             ok          10            0        8  4/4 checks passed\n"
               f"{'corpus':<16} {'ok':<8} {cli._summary('corpus_job', result)}  {cli._checks_summary(result)}\n"
               "outputs under /x; runs recorded in /y\n")
-    match = e2e.CORPUS_SUMMARY.search(output)
+    match = e2e_ours.CORPUS_SUMMARY.search(output)
     assert match is not None and match.groups() == ("1523", "1490", "2345678")
-    assert e2e.CORPUS_SUMMARY.search(output.replace("corpus           ok ", "corpus           FAILED ")) is None
+    assert e2e_ours.CORPUS_SUMMARY.search(output.replace("corpus           ok ", "corpus           FAILED ")) is None
 
 
 def test_ours_runner_is_checked(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("E2E_OURS_RUNNER", raising=False)
-    assert e2e.ours_runner() == "cli"
+    assert e2e_ours.ours_runner() == "cli"
     monkeypatch.setenv("E2E_OURS_RUNNER", "stages")
-    assert e2e.ours_runner() == "stages"
+    assert e2e_ours.ours_runner() == "stages"
     monkeypatch.setenv("E2E_OURS_RUNNER", "materialize")
     with pytest.raises(SystemExit, match="E2E_OURS_RUNNER must be one of"):
-        e2e.ours_runner()
+        e2e_ours.ours_runner()
