@@ -130,6 +130,15 @@ def _token_runs(chars, kind_table, tok_starts, tok_ends):
 
 
 @compiled
+def same_run(x, x_start, y, y_start, n):
+    """x[x_start:x_start + n] equals y[y_start:y_start + n], element by element (no slices made)."""
+    for k in range(n):
+        if x[x_start + k] != y[y_start + k]:
+            return False
+    return True
+
+
+@compiled
 def number_ranges(chars, starts, ends, n):
     """Ranges [starts[i], ends[i]) of `chars` (i < n) numbered by content in order of first appearance,
     through an open-addressing table hashed by FNV-1a over their characters: (ids, first range of
@@ -155,14 +164,8 @@ def number_ranges(chars, starts, ends, n):
                 first[d] = t
                 break
             da = starts[first[d]]
-            if ends[first[d]] - da == b - a:
-                same = True
-                for k in range(b - a):
-                    if chars[da + k] != chars[a + k]:
-                        same = False
-                        break
-                if same:
-                    break
+            if ends[first[d]] - da == b - a and same_run(chars, da, chars, a, b - a):
+                break
             slot = (slot + np.uint64(1)) & mask
         ids[t] = d
     return ids, first, n_distinct

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from platform_assets.cleaning.quality.kernels import compiled, number_ranges
+from platform_assets.cleaning.quality.kernels import compiled, number_ranges, same_run
 
 # Per code point: str.splitlines' line boundaries, the sentence-ending punctuation and the closing
 # quotes/brackets of c4._INNER_SENTENCE_END_RE ([.!?…] and ["'’”)\]])
@@ -192,15 +192,9 @@ def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
         lines += 1
         for k in range(bullet_ends.size - 1):
             lo, hi = bullet_ends[k], bullet_ends[k + 1]
-            if a + hi - lo <= j:
-                same = True
-                for m in range(hi - lo):
-                    if chars[a + m] != bullets[lo + m]:
-                        same = False
-                        break
-                if same:
-                    bulleted += 1
-                    break
+            if a + hi - lo <= j and same_run(chars, a, bullets, lo, hi - lo):
+                bulleted += 1
+                break
         if (b > i and chars[b - 1] == 0x2026) or (b - i >= 3 and chars[b - 1] == 46 and chars[b - 2] == 46
                                                   and chars[b - 3] == 46):
             ellipsis += 1
