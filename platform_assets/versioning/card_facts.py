@@ -21,6 +21,7 @@ from platform_assets.cleaning.recipes import apply_gates, resolve_recipe
 from platform_assets.cleaning.settings import CleaningSettings
 from platform_assets.contracts import EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB, QUARANTINE_FILE, SHARD_INDEX_FILE
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.ingest.file_partitions import partition_keys, source_partitions_of
 from platform_assets.ingest.settings import SourceConfigType
 from platform_assets.layout import asset_dir
 from platform_assets.manifest_file import parse_manifest
@@ -163,9 +164,9 @@ class CardFacts:
 
 
 # -- reading outputs ----------------------------------------------------------------------------------
-def _rows(storage: Storage, rel_dir: str, pattern: str) -> int:
-    ds = output_dataset(storage, rel_dir, pattern)
-    return 0 if ds is None else ds.count_rows()  # from the Parquet footers
+def _rows(storage: Storage, rel_dirs: Sequence[str], pattern: str) -> int:
+    datasets = [output_dataset(storage, rel, pattern) for rel in rel_dirs]
+    return sum(ds.count_rows() for ds in datasets if ds is not None)  # from the Parquet footers
 
 
 def _grouped(storage: Storage, rel_dir: str, pattern: str, columns: Sequence[str]) -> dict[tuple, int]:
@@ -299,14 +300,17 @@ def gather_card_facts(storage: Storage, record: Mapping[str, Any], *, sources: S
 
     source_facts = []
     for src in sources:
-        raw_rel, clean_rel = asset_dir("raw_documents", src.name), asset_dir("cleaned_documents", src.name)
+        # a source split into file partitions (`file_partitions`) is one output folder per key
+        keys = [part.key for part in source_partitions_of(src)]
+        raw_rels = [asset_dir("raw_documents", key) for key in keys]
+        clean_rels = [asset_dir("cleaned_documents", key) for key in keys]
         media = getattr(src, "media", None)
         found = licenses.get(src.name) or {src.license}
         source_facts.append(SourceFacts(
             src.name, f"{src.format} ({', '.join(media)})" if media else src.format,
             tuple(sorted(found, key=lambda v: (v is None, v or ""))),
-            _rows(storage, raw_rel, PART_GLOB), _rows(storage, raw_rel, QUARANTINE_FILE),
-            _rows(storage, clean_rel, PART_GLOB), kept.get(src.name, 0)))
+            _rows(storage, raw_rels, PART_GLOB), _rows(storage, raw_rels, QUARANTINE_FILE),
+            _rows(storage, clean_rels, PART_GLOB), kept.get(src.name, 0)))
 
     formats = _formats(storage, shards_rel)
     index = _first_index(storage, shards_rel, formats)
@@ -324,7 +328,7 @@ def gather_card_facts(storage: Storage, record: Mapping[str, Any], *, sources: S
         remote=record.get("remote") if record.get("pushed") else None,
         sources=tuple(source_facts),
         cleaning_steps=enabled_steps(cleaning), quality_presets=preset_labels(cleaning),
-        cleaning_removed=_rule_counts(storage, [asset_dir("cleaned_documents", s.name) for s in sources]),
+        cleaning_removed=_rule_counts(storage, [asset_dir("cleaned_documents", k) for k in partition_keys(sources)]),
         dedup_removed=_rule_counts(storage, [dedup_rel]), dedup_settings=dedup, split_settings=splits,
         splits=tuple(SplitFacts(s, per["split"][s], sequences[s], tokens[s]) for s in SPLIT_NAMES
                      if per["split"][s] or sequences[s]),

@@ -199,6 +199,25 @@ def test_each_source_s_recipe_is_stated_with_its_steps_and_bounds(facts):
            "language 20% |" in card
 
 
+def test_a_file_partitioned_source_counts_its_partitions_and_not_a_stale_unsplit_output(tmp_path):
+    """web split into 2 file partitions: its figures are the sum of web.00 and web.01; the folder its
+    unsplit runs left (raw_documents/web, cleaned_documents/web) is no output of this config."""
+    storage = _outputs(tmp_path / "project")
+    for key, raw, cleaned, rules in (("web.00", 3, 2, ["c4.lorem_ipsum"]), ("web.01", 4, 4, [])):
+        _write(storage, f"raw_documents/{key}", {"part-00000.parquet": _ids(key, raw),
+                                                 "_quarantine.parquet": pa.table({"reason": ["binary"]})})
+        _write(storage, f"cleaned_documents/{key}", {"part-00000.parquet": _ids(key, cleaned),
+                                                     "_exclusions.parquet": _exclusions(*rules)})
+    cfg = _config(tmp_path)
+    web = cfg.sources[0].model_copy(update={"file_partitions": 2})
+    facts = gather_card_facts(storage, RECORD, sources=[web, *cfg.sources[1:]], cleaning=cfg.cleaning,
+                              dedup=cfg.dedup, splits=cfg.splits, card_dir=f"{REPO_REL}/dataset_version/_all",
+                              leak_check=PASSED, gates=cfg.cleaning_gates)
+    rows = {s.name: (s.raw, s.quarantined, s.cleaned, s.kept) for s in facts.sources}
+    assert rows == {"web": (7, 2, 6, 4), "forum": (4, 0, 3, 3), "scans": (2, 1, 2, 1)}
+    assert facts.cleaning_removed == (("c4.lorem_ipsum", 1), ("language.low_confidence", 1))
+
+
 def test_same_outputs_anywhere_give_the_same_bytes(tmp_path):
     first = render_dataset_card(_facts(tmp_path, "a"))
     assert render_dataset_card(_facts(tmp_path, "b")) == first  # another checkout directory, same card
