@@ -44,6 +44,7 @@ import pyarrow as pa
 import regex
 
 from platform_assets import stage_caches
+from platform_assets.cleaning import language_model_cache
 from platform_assets.cleaning.language_bands import band_min_score, count_words
 from platform_assets.cleaning.language_script import (
     LANGUAGE_SCRIPTS,
@@ -78,24 +79,22 @@ _WALK_GROUP_BYTES = 250_000
 
 
 class _Model:
-    """py3langid's model (decompressing it takes ~0.3 s), with numpy views for the batch path; once
-    per process."""
+    """py3langid's model as the step reads it, once per process: mapped from the cache file written by
+    the first process (language_model_cache: ~0.03 s, the pages shared by every cleaning worker), or
+    decompressed where there is no usable cache (~0.4 s, ~100 MB each)."""
 
     def __init__(self):
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-        m = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        self.identifier = m
-        self.nextmove = np.frombuffer(m.tk_nextmove, dtype=np.uint32)  # a view: no copy of its 39 MB
-        self.rowbase = np.frombuffer(m.tk_row, dtype=np.uint16).astype(np.int64) << 8
-        self.output = np.asarray(m.tk_output, dtype=np.int32)
-        # The float16 weights cast to float32 once (57 MB): py3langid's `log1p(counts) @ nb_ptc[idx]`
-        # casts the gathered rows on every call (~2/3 of its scoring time); the cast is exact, so the
-        # float32 product is the same.
-        self.weights = m.nb_ptc.astype(np.float32)
-        self.prior = m.nb_pc
-        self.classes = list(m.nb_classes)
-        self.alias_pairs = list(m._alias_pairs)
+        arrays = language_model_cache.load()
+        self.source = arrays.source
+        self.nextmove = arrays.nextmove
+        self.rowbase = arrays.rowbase
+        self.output = arrays.output
+        self.weights = arrays.weights  # float32 (py3langid casts its float16 rows on every call)
+        self.prior = arrays.prior
+        self.classes = list(arrays.classes)
+        # py3langid's _set_alias_pairs: (first, later) columns of a label that appears more than once
+        first: dict[str, int] = {}
+        self.alias_pairs = [(first[c], i) for i, c in enumerate(self.classes) if first.setdefault(c, i) != i]
         labels = dict.fromkeys(self.classes)
         self.labels = list(labels)  # distinct labels, in class order
         self.label_cols = np.array([self.classes.index(x) for x in self.labels])

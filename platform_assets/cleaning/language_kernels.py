@@ -35,8 +35,11 @@ def load() -> None:
     if _loaded:
         return
     data = np.frombuffer(b"ab", dtype=np.uint8)
-    dfa_features(data, np.array([0, 2], dtype=np.int64), np.zeros(512, dtype=np.uint32),
-                 np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int32), 1)
+    # the model's arrays are read-only (mapped or not: language_model_cache), a type of their own to numba
+    model = [np.zeros(512, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int32)]
+    for array in model:
+        array.flags.writeable = False
+    dfa_features(data, np.array([0, 2], dtype=np.int64), *model, 1)
     script_letter_bytes(np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32),
                         np.full(0x110000, NOT_LETTER, dtype=np.uint8), np.zeros(HAN_END - HAN_FIRST, dtype=np.uint8),
                         1)
