@@ -234,12 +234,12 @@ def _checks_summary(result) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    from platform_assets.query import OUTPUT_VIEWS as views
-    from platform_assets.query import connect, registered_views
+    from platform_assets.query import connect, output_views, registered_views
     from platform_assets.storage import Storage
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
+    views = output_views(cfg.partition_keys())
     con = connect(storage, views)
     try:
         rel = con.sql(args.sql)
@@ -261,14 +261,16 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_spot_check(args: argparse.Namespace) -> int:
+    from platform_assets.query import output_views
     from platform_assets.spot_checks import rules_removed, spot_check, to_markdown
     from platform_assets.storage import Storage
 
     cfg = load_config(_use_config(args.config))
     storage = Storage(cfg.storage_root, cfg.s3_settings())
-    checks = spot_check(storage, args.rule, args.n, args.seed, args.source, kept=args.kept)
+    views = output_views(cfg.partition_keys())
+    checks = spot_check(storage, args.rule, args.n, args.seed, args.source, kept=args.kept, views=views)
     if not checks:
-        known = rules_removed(storage, args.source)
+        known = rules_removed(storage, args.source, views)
         what = "kept documents (materialize dataset_splits first)" if args.kept else \
             f"documents removed by {args.rule!r}" if args.rule else "removed documents"
         print(f"spot-check: no {what}; rules with removals: "

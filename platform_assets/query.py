@@ -8,6 +8,8 @@ the Arrow scan, so `SELECT count(*)` reads no text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import duckdb
 import pyarrow.dataset as pads
 
@@ -35,16 +37,37 @@ OUTPUT_VIEWS: dict[str, tuple[str, str]] = {
 }
 
 
-def output_dataset(storage: Storage, rel_dir: str, data_files: str = "part-*.parquet") -> pads.Dataset | None:
-    """The dataset of an output directory's data files (None when it has none)."""
-    files = [e.path for e in storage.list_files(rel_dir, data_files)]
+# Outputs with one folder per source partition key (`<key>/...`): `output_views` narrows them to a config's keys.
+PER_SOURCE_VIEWS = frozenset({"raw_documents", "quarantine", "cleaned_documents", "cleaning_exclusions"})
+
+
+def output_views(partition_keys: Sequence[str] | None) -> dict[str, tuple[str, str | tuple[str, ...]]]:
+    """OUTPUT_VIEWS with the per-source views reading only the folders of `partition_keys` (a config's
+    `partition_keys()`): a source since split into file partitions left its unsplit folder behind, and
+    a removed source its own; every folder would count their rows twice. None: every folder."""
+    if partition_keys is None:
+        return dict(OUTPUT_VIEWS)
+    views: dict[str, tuple[str, str | tuple[str, ...]]] = {}
+    for name, (rel_dir, pattern) in OUTPUT_VIEWS.items():
+        if name in PER_SOURCE_VIEWS:
+            views[name] = (rel_dir, tuple(pattern.replace("*/", f"{key}/", 1) for key in partition_keys))
+        else:
+            views[name] = (rel_dir, pattern)
+    return views
+
+
+def output_dataset(storage: Storage, rel_dir: str,
+                   data_files: str | Sequence[str] = "part-*.parquet") -> pads.Dataset | None:
+    """The dataset of an output directory's data files, one glob or several (None when it has none)."""
+    patterns = [data_files] if isinstance(data_files, str) else list(data_files)
+    files = [e.path for pattern in patterns for e in storage.list_files(rel_dir, pattern)]
     if not files:
         return None
     return pads.dataset(files, filesystem=storage.fs, format="parquet")
 
 
-def connect(storage: Storage, views: dict[str, tuple[str, str]]) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with one view per entry: name -> (output dir, file glob)."""
+def connect(storage: Storage, views: Mapping[str, tuple[str, str | Sequence[str]]]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with one view per entry: name -> (output dir, file glob or globs)."""
     con = duckdb.connect()
     for name, (rel_dir, pattern) in views.items():
         ds = output_dataset(storage, rel_dir, pattern)

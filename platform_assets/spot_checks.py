@@ -17,6 +17,7 @@ of deduplicated_documents at 16x the input of pipeline_scaling's 16 MB base (8 M
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -52,7 +53,7 @@ class SpotCheck:
 
 def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int = 0, source: str | None = None,
                kept: bool = False, stages: tuple[str, ...] = tuple(REMOVALS), per_rule: int | None = None,
-               views: dict[str, tuple[str, str]] | None = None,
+               views: Views | None = None,
                kept_view: str = "dataset_splits") -> list[SpotCheck]:
     """`n` removed documents whose rule is `rule` or starts with `rule.` (a rule group such as
     `gopher_quality`; None: any rule), from the exclusion tables of `stages` (REMOVALS' keys), at most
@@ -87,7 +88,11 @@ def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int
     return _with_excerpts(storage, views, con.execute(sql, params).fetchall())
 
 
-def _with_excerpts(storage: Storage, views: dict[str, tuple[str, str]], rows: list[tuple]) -> list[SpotCheck]:
+# name -> (output dir, file glob or globs): query.OUTPUT_VIEWS, or query.output_views of a config's keys
+Views = Mapping[str, tuple[str, str | Sequence[str]]]
+
+
+def _with_excerpts(storage: Storage, views: Views, rows: list[tuple]) -> list[SpotCheck]:
     """The sampled rows (id, source, modality, rule, value, documents view) with the start of each text."""
     excerpts: dict[tuple[str, str], str | None] = {}
     for view in sorted({row[5] for row in rows}):
@@ -107,9 +112,11 @@ def _excerpt(text: str) -> str:
     return _WHITESPACE.sub(" ", text[:EXCERPT_CHARS])
 
 
-def rules_removed(storage: Storage, source: str | None = None) -> dict[str, int]:
-    """{rule: documents removed} over the exclusion tables that exist, for choosing what to spot-check."""
-    con = connect(storage, OUTPUT_VIEWS)
+def rules_removed(storage: Storage, source: str | None = None,
+                  views: Views | None = None) -> dict[str, int]:
+    """{rule: documents removed} over the exclusion tables that exist, for choosing what to spot-check
+    (`views`: as spot_check's)."""
+    con = connect(storage, views or OUTPUT_VIEWS)
     present = registered_views(con)
     selects = [f"SELECT e.rule, d.source FROM {r} e JOIN {d} d ON d.id = e.id" for r, d in REMOVALS.items()
                if r in present and d in present]

@@ -5,6 +5,7 @@ same documents, the sensor requesting only a changed file's bucket, the CLI's `r
 import json
 import logging
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -316,3 +317,32 @@ def test_backfill_over_the_bucket_keys_runs_each_once(runs, tmp_path, monkeypatc
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs_done)
     assert _union(tmp_path / "out", "cleaned_documents", SPLIT_KEYS[:4]) == \
         _union(runs["split"]["root"], "cleaned_documents", SPLIT_KEYS[:4])
+
+
+def test_query_reads_the_configs_keys_not_a_stale_unsplit_folder(runs, tmp_path, capsys):
+    """`web` re-split into 4 file partitions over a root where its unsplit run left raw_documents/web and
+    cleaned_documents/web: `query` and `spot-check` count each document once."""
+    import shutil
+
+    root = tmp_path / "out"
+    shutil.copytree(runs["split"]["root"], root)
+    for asset in ("raw_documents", "cleaned_documents"):
+        shutil.copytree(runs["unsplit"]["root"] / asset / "web", root / asset / "web")
+    config = _config(tmp_path, runs["src"], 4)
+    expected = {asset: sum(pq.ParquetFile(p).metadata.num_rows for key in SPLIT_KEYS
+                           for p in (root / asset / key).glob("part-*.parquet"))
+                for asset in ("raw_documents", "cleaned_documents")}
+    stale = sum(pq.ParquetFile(p).metadata.num_rows for p in (root / "raw_documents" / "web").glob("part-*"))
+    assert stale > 0 and expected["raw_documents"] > 0
+    for asset, rows in expected.items():
+        capsys.readouterr()
+        assert cli_main(["query", "--config", str(config), f"SELECT count(*) AS n FROM {asset}"]) == 0
+        printed = capsys.readouterr().out
+        assert re.findall(r"│\s+(\d+)\s+│", printed) == [str(rows)], printed  # not rows + the stale folder's
+    capsys.readouterr()
+    assert cli_main(["spot-check", "--config", str(config), "--rule", "language", "-n", "100"]) == 0
+    listed = capsys.readouterr().out
+    removed = sum(pq.read_table(root / "cleaned_documents" / key / "_exclusions.parquet", columns=["rule"])
+                  .column("rule").to_pylist().count("language.low_confidence") for key in SPLIT_KEYS)
+    assert removed > 0
+    assert listed.count("language.low_confidence") == removed, listed  # once each, not twice

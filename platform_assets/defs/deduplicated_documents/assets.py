@@ -71,7 +71,8 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     }
     # 3 removed documents a rule, with the cleaned text dedup compared: a spot check in the UI
     sample = spot_check(storage, n=30, per_rule=3, stages=("dedup_exclusions",), views={
-        "cleaned_documents": (UPSTREAM, f"*/{PART_GLOB}"), "dedup_exclusions": (rel, EXCLUSIONS_FILE)})
+        "cleaned_documents": (UPSTREAM, tuple(f"{k}/{PART_GLOB}" for k in cfg.partition_keys())),
+        "dedup_exclusions": (rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
     kept = spot_check(storage, n=10, kept=True, kept_view="deduplicated_documents",
                       views={"deduplicated_documents": (rel, PART_GLOB)})
