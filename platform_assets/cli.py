@@ -85,14 +85,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from platform_assets.definitions import defs
     from platform_assets.defs.dead_runs import fail_dead_runs
-    from platform_assets.defs.raw_documents.partitions import source_partitions
+    from platform_assets.defs.raw_documents.partitions import sync_source_keys
 
     instance = dg.DagsterInstance.get()
     if dead := fail_dead_runs(instance):  # else a killed run's `dvc`/`gpu` pool slot blocks this one forever
         print(f"marked {len(dead)} killed run(s) failed and freed their pool slots: {', '.join(dead)}")
-    known = set(instance.get_dynamic_partitions(source_partitions.name))
-    if missing := [n for n in names if n not in known]:
-        instance.add_dynamic_partitions(source_partitions.name, missing)
+    sync_source_keys(instance, cfg.partition_keys())  # every configured key, whatever --sources selects
     definitions = defs()
     per_source = definitions.resolve_job_def("per_source_job")
     log_file = Path(args.log_file) if args.log_file else Path(os.environ["DAGSTER_HOME"]) / "logs" / RUN_LOG_FILE

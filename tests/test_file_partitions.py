@@ -23,7 +23,7 @@ from platform_assets.defs.dataset_splits.assets import dataset_splits
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.pipeline.schedules import daily_refresh
 from platform_assets.defs.raw_documents.assets import raw_documents
-from platform_assets.defs.raw_documents.partitions import source_partitions
+from platform_assets.defs.raw_documents.partitions import source_partitions, sync_source_keys
 from platform_assets.defs.raw_documents.sensors import source_files_sensor
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.ingest.file_partitions import files_of_bucket
@@ -346,3 +346,46 @@ def test_query_reads_the_configs_keys_not_a_stale_unsplit_folder(runs, tmp_path,
                   .column("rule").to_pylist().count("language.low_confidence") for key in SPLIT_KEYS)
     assert removed > 0
     assert listed.count("language.low_confidence") == removed, listed  # once each, not twice
+
+
+def test_keys_the_config_dropped_are_retired_by_the_sensor_the_schedule_and_the_cli(runs, tmp_path, monkeypatch):
+    """Split into 4 after an unsplit run: `web` goes, web.00..03 come; unsplit again: the reverse. The
+    materializations of a retired key stay in the event log."""
+    split = PipelineResource(config_path=str(runs["split"]["config"]))
+    unsplit = PipelineResource(config_path=str(runs["unsplit"]["config"]))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(source_partitions.name, ["web", "notes", "gone"])
+        with dg.build_sensor_context(instance=instance, resources={"pipeline": split}) as ctx:
+            result = source_files_sensor(ctx)
+        add, delete = result.dynamic_partitions_requests
+        assert add.partition_keys == SPLIT_KEYS[:4] and delete.partition_keys == ["gone", "web"]
+        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest)
+
+        when = datetime(2026, 11, 27, 3, tzinfo=UTC)
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                       resources={"pipeline": split}) as ctx:
+            daily_refresh(ctx)
+        assert sorted(instance.get_dynamic_partitions(source_partitions.name)) == sorted(SPLIT_KEYS)
+
+        raw = dg.materialize([raw_documents], partition_key="web.02", instance=instance,
+                             resources={"pipeline": split})
+        assert raw.success
+        with dg.build_sensor_context(instance=instance, resources={"pipeline": unsplit}) as ctx:
+            back = source_files_sensor(ctx)
+        assert [r.partition_keys for r in back.dynamic_partitions_requests] == [["web"], SPLIT_KEYS[:4]]
+        sync_source_keys(instance, load_config(runs["unsplit"]["config"]).partition_keys())
+        assert sorted(instance.get_dynamic_partitions(source_partitions.name)) == ["notes", "web"]
+        history = instance.fetch_materializations(dg.AssetKey("raw_documents"), limit=10).records
+        assert [r.partition_key for r in history] == ["web.02"]
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    config = _config(tmp_path / "cli", runs["src"], None)
+    monkeypatch.setenv("PLATFORM_CONFIG", str(config))
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(source_partitions.name, SPLIT_KEYS)
+    assert cli_main(["run", "--config", str(config), "--until", "raw_documents", "--sources", "notes",
+                     "--progress", "off", "--log-file", str(tmp_path / "run.log")]) == 0
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_dynamic_partitions(source_partitions.name) == ["notes", "web"]

@@ -5,7 +5,7 @@ import dagster as dg
 
 from platform_assets.defs.pipeline.jobs import per_source_job
 from platform_assets.defs.raw_documents.fingerprint import materialized_fingerprint, source_fingerprint
-from platform_assets.defs.raw_documents.partitions import source_partitions
+from platform_assets.defs.raw_documents.partitions import sync_source_keys
 from platform_assets.defs.resources import PipelineResource
 
 
@@ -20,10 +20,7 @@ from platform_assets.defs.resources import PipelineResource
 def daily_refresh(context: dg.ScheduleEvaluationContext, pipeline: PipelineResource):
     cfg = pipeline.config()
     names = cfg.partition_keys()  # a source split into file partitions: one run per partition
-    known = set(context.instance.get_dynamic_partitions(source_partitions.name))
-    missing = [n for n in names if n not in known]
-    if missing:
-        context.instance.add_dynamic_partitions(source_partitions.name, missing)
+    sync_source_keys(context.instance, names)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     # A source whose files are what its latest materialization read is not re-ingested; one that cannot be
     # listed (a hub dataset) is refreshed every day, since only reading it tells whether it changed.

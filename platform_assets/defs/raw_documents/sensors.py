@@ -11,7 +11,7 @@ import dagster as dg
 from platform_assets.config import ConfigError
 from platform_assets.defs.pipeline.jobs import per_source_job
 from platform_assets.defs.raw_documents.fingerprint import latest_materialization, source_fingerprint
-from platform_assets.defs.raw_documents.partitions import source_partitions
+from platform_assets.defs.raw_documents.partitions import key_changes
 from platform_assets.defs.resources import PipelineResource
 
 __all__ = ["source_files_sensor", "source_fingerprint"]
@@ -21,8 +21,8 @@ __all__ = ["source_files_sensor", "source_fingerprint"]
     job=per_source_job,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registers configured sources (and file partitions of split ones) as partitions and re-ingests a "
-                "partition when its files change.",
+    description="Registers configured sources (and file partitions of split ones) as partitions, retires keys the "
+                "config no longer has, and re-ingests a partition when its files change.",
 )
 def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineResource) -> dg.SensorResult:
     try:
@@ -30,9 +30,8 @@ def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineR
     except ConfigError as err:
         return dg.SensorResult(skip_reason=str(err))
     cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    known = set(context.instance.get_dynamic_partitions(source_partitions.name))
     keys = cfg.partition_keys()
-    new_partitions = [k for k in keys if k not in known]
+    changes = key_changes(context.instance, keys)  # new keys added, keys the config dropped retired
     requests = []
     for name in keys:
         fingerprint = source_fingerprint(cfg, name, pipeline)
@@ -54,6 +53,6 @@ def source_files_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineR
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps(cursor, sort_keys=True),
-        dynamic_partitions_requests=[source_partitions.build_add_request(new_partitions)] if new_partitions else [],
-        skip_reason=None if requests or new_partitions else "no source changed",
+        dynamic_partitions_requests=changes.requests(),
+        skip_reason=None if requests or changes.added or changes.retired else "no source changed",
     )
