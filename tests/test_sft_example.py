@@ -23,7 +23,7 @@ from training.config import load_run_config
 from training.data.loader import PackedLoader
 from training.metrics import read_records
 from training.model_families import CAUSAL_LM, loss_sum
-from training.train import _loader_config
+from training.run_loaders import loader_config
 
 pytestmark = pytest.mark.slow
 
@@ -106,7 +106,7 @@ def _first_batch_loss(model, run_config: Path, data_dir: str, ckpt: Path) -> flo
     """The mean loss over the loss tokens of the run's first optimizer step's samples, computed directly."""
     cfg = load_run_config(run_config, {"data.data_dir": data_dir, "checkpoint.dir": str(ckpt),
                                        "dataset_version": "example"})
-    loader = PackedLoader(_loader_config(cfg), rank=0, world_size=1)
+    loader = PackedLoader(loader_config(cfg), rank=0, world_size=1)
     total, tokens = 0.0, 0
     with torch.no_grad():
         batches = iter(loader)

@@ -9,7 +9,8 @@ depend on the world size or on how a batch is split into micro-batches.
 
 A run resumes by itself from the newest complete checkpoint in `checkpoint.dir` (model, optimizer,
 schedule, loss scaler, RNG states, the loader's exact position); SIGTERM or SIGINT finishes the current
-step, saves a checkpoint and exits 0 on every rank.
+step, saves a checkpoint and exits 0 on every rank (resume.py: what a checkpoint holds and how a run
+resumes; run_loaders.py: the training and evaluation loaders from the config).
 """
 
 from __future__ import annotations
@@ -29,74 +30,29 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from training.checkpoint import Checkpoint, CheckpointError, find_latest_checkpoint, read_checkpoint, save_checkpoint
+from training.checkpoint import find_latest_checkpoint
 from training.config import RunConfig, RunConfigError, load_run_config, parse_override
-from training.data.loader import CacheConfig, LoaderConfig, PackedLoader
+from training.data.loader import PackedLoader
 from training.data.media_loader import MediaLoader
-from training.distributed import DistEnv, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed
+from training.distributed import DistEnv, all_reduce_sum, init_distributed
 from training.distributed import shutdown as shutdown_distributed
-from training.media_training import MediaInputs, media_inputs, media_loader_config
+from training.media_training import media_inputs
 from training.metrics import JsonLinesLog, MetricsCallback, MetricsLogger
 from training.model import ShardSetInfo, parameter_groups
 from training.model_families import CAUSAL_LM, DEVICE_KEYS, build_media_model, model_family
 from training.model_families import loss_sum as family_loss_sum
 from training.optimizers import build_optimizer, check_optimizer_device, group_hyperparameters
 from training.precision import resolve_precision
-from training.pretrained import build_causal_lm, check_media_settings, parameter_counts, save_adapter
-from training.run_state import StopRequest, TrainResult, rng_state, seed_everything, set_rng_state, steady_wait
+from training.pretrained import build_causal_lm, check_media_settings, parameter_counts
+from training.resume import resume_latest, save_run_checkpoint
+from training.run_loaders import loader_config, open_loader
+from training.run_state import StopRequest, TrainResult, steady_wait
 from training.schedule import WarmupCosine, build_scheduler
 from training.seq_stats import step_seq_stats
 
 log = logging.getLogger("training")
 
 MODALITIES = ("image", "pdf", "audio")  # counted per step for media runs (the asset's modality mix)
-
-
-class DatasetVersionMismatch(CheckpointError):
-    """The newest checkpoint was trained on another dataset version."""
-
-
-def _loader_config(cfg: RunConfig, split: str | None = None) -> LoaderConfig:
-    data = cfg.data
-    if split is None:
-        return LoaderConfig(
-            data_dir=data.data_dir, split=data.split, global_batch_size=data.global_batch_size,
-            micro_batch_size=data.micro_batch_size, seed=data.seed, weights=data.weights,
-            samples_per_epoch=data.samples_per_epoch, num_workers=data.num_workers,
-            verify=data.verify, on_corrupt=data.on_corrupt, collate=data.collate,
-            pad_to_multiple_of=data.pad_to_multiple_of,
-            shuffle=data.shuffle, block_shards=data.block_shards, cache=_cache_config(cfg),
-        )
-    # Evaluation: the split's natural mixture (weights name training sources), no workers (a few
-    # batches, read once per eval), the same batch geometry and corruption handling as training.
-    return LoaderConfig(
-        data_dir=data.data_dir, split=split, global_batch_size=data.global_batch_size,
-        micro_batch_size=data.micro_batch_size, seed=data.seed, collate=data.collate,
-        pad_to_multiple_of=data.pad_to_multiple_of,
-        verify=data.verify, on_corrupt=data.on_corrupt, cache=_cache_config(cfg),
-    )
-
-
-def _cache_config(cfg: RunConfig) -> CacheConfig | None:
-    c = cfg.data.cache
-    if c is None:
-        return None
-    return CacheConfig(dir=c.dir, max_bytes=c.max_bytes, prefetch_steps=c.prefetch_steps,
-                       max_attempts=c.download_attempts, endpoint_url=c.endpoint_url, region=c.region,
-                       request_attempts=c.max_attempts)
-
-
-def _open_loader(loader_cfg: LoaderConfig, env: DistEnv, section: str,
-                 media: MediaInputs | None = None, train: bool = True) -> PackedLoader | MediaLoader:
-    """The loader's own errors name the field; say which section of the run config it came from.
-    `media`: a media shard set, read with the media loader and collated for the model family."""
-    try:
-        if media is None:
-            return PackedLoader(loader_cfg, rank=env.rank, world_size=env.world_size)
-        collate = media.train_collate if train else media.eval_collate
-        return MediaLoader(media_loader_config(loader_cfg, media), collate, rank=env.rank, world_size=env.world_size)
-    except ValueError as err:  # LoaderConfigError, ShardIndexError, MediaIndexError, MixtureError
-        raise RunConfigError(f"{section} (split {loader_cfg.split!r} of {loader_cfg.data_dir}): {err}") from err
 
 
 class Trainer:
@@ -111,7 +67,7 @@ class Trainer:
 
         self.family = model_family(cfg.model)
         self.media = media_inputs(cfg, self.family) if self.family != CAUSAL_LM else None
-        self.loader = _open_loader(_loader_config(cfg), env, "data", self.media)
+        self.loader = open_loader(loader_config(cfg), env, "data", self.media)
         self.accumulation = self.loader.accumulation_steps
         # The same init on every rank (DDP would broadcast rank 0's weights anyway).
         if self.media is None:
@@ -135,7 +91,7 @@ class Trainer:
 
         self.eval_loader: PackedLoader | MediaLoader | None = None
         if cfg.validation.eval_interval:
-            self.eval_loader = _open_loader(_loader_config(cfg, cfg.validation.split), env, "validation",
+            self.eval_loader = open_loader(loader_config(cfg, cfg.validation.split), env, "validation",
                                             self.media, train=False)
             self._eval_start = self.eval_loader.state_dict()
 
@@ -144,7 +100,7 @@ class Trainer:
         self.modalities_seen = dict.fromkeys(MODALITIES, 0)
         self.last_loss: float | None = None
         self.last_eval_loss: float | None = None
-        self.resumed_from = self._resume()
+        self.resumed_from = resume_latest(self)
 
         self.ddp: DistributedDataParallel | None = None
         forward: torch.nn.Module = self.model
@@ -177,75 +133,9 @@ class Trainer:
                 f"resumed at step {self.step}" if self.resumed_from is not None else "fresh start",
             )
 
-    # ---------------------------------------------------------------- resume
+    # ---------------------------------------------------------------- optimizer settings (resume.restore too)
 
-    def _resume(self) -> int | None:
-        """Load the newest complete checkpoint, if any; returns its step."""
-        cfg, env = self.cfg, self.env
-        path = None
-        if env.is_main:
-            latest = find_latest_checkpoint(cfg.checkpoint.dir)
-            if latest is not None and not cfg.checkpoint.resume:
-                # keep_last prunes by step number: a fresh run's early checkpoints would be deleted first
-                raise CheckpointError(
-                    f"checkpoint.dir {cfg.checkpoint.dir} already holds checkpoints (newest: step {latest.step}) "
-                    "and checkpoint.resume is false: use an empty directory, or resume"
-                )
-            path = str(latest.path) if latest else None
-        path = broadcast_object(path, env)  # every rank resumes the same checkpoint, whatever appears meanwhile
-        if path is None:
-            # Per-rank streams for dropout; python/numpy for anything else random in the loop.
-            seed_everything(cfg.seed * 1000 + env.rank)
-            return None
-        ckpt = read_checkpoint(path)
-        same_data = ckpt.meta.get("dataset_version") == cfg.dataset_version
-        if not same_data and not cfg.checkpoint.allow_dataset_change:
-            raise DatasetVersionMismatch(
-                f"checkpoint {ckpt.path} was trained on dataset_version {ckpt.meta.get('dataset_version')!r}, "
-                f"this run is configured for {cfg.dataset_version!r}: refusing to resume onto other data. "
-                "Use a new checkpoint.dir, or set checkpoint.allow_dataset_change: true to continue the weights "
-                "(the data order then restarts at the new dataset's first sample)."
-            )
-        self._load(ckpt, same_data)
-        return ckpt.step
-
-    def _load(self, ckpt: Checkpoint, same_data: bool) -> None:
-        cfg, env = self.cfg, self.env
-        self.model.load_state_dict(ckpt.load("model"))
-        optim = ckpt.load("optim")
-        saved_name = ckpt.meta.get("config", {}).get("optimizer", {}).get("name", "adamw")
-        if saved_name != cfg.optimizer.name:  # another optimizer's state would load, then fail (or worse) later
-            raise CheckpointError(f"checkpoint {ckpt.path} holds {saved_name!r} optimizer state and this run's "
-                                  f"optimizer.name is {cfg.optimizer.name!r}: use a new checkpoint.dir, or the "
-                                  "same optimizer")
-        self.optimizer.load_state_dict(optim["optimizer"])
-        self.scaler.load_state_dict(optim["scaler"])
-        # The step counter comes from the checkpoint; the lr schedule and AdamW hyperparameters from
-        # this run's config (LambdaLR and AdamW would otherwise restore the old ones), so a resumed run
-        # may extend max_steps or change the lr and the change takes effect.
-        sched = dict(optim["scheduler"])
-        sched["lr_lambdas"] = [None] * len(self.optimizer.param_groups)
-        sched.pop("base_lrs", None)
-        self.scheduler.load_state_dict(sched)
-        self._apply_optimizer_settings(self.scheduler.last_epoch)
-
-        rng = ckpt.load("rng")
-        if rng["world_size"] == env.world_size:
-            set_rng_state(rng["ranks"][env.rank])
-        else:
-            # Elastic resume: per-rank streams cannot map onto another world size; reseed
-            # deterministically from the step instead. The data order is unaffected (the loader's seek).
-            seed_everything((cfg.seed * 1000 + env.rank) * 1_000_003 + ckpt.step)
-        if same_data:
-            self.loader.load_state_dict(ckpt.meta["loader"])
-        self.step = ckpt.step
-        self.tokens_seen = int(ckpt.meta["tokens_seen"])
-        self.modalities_seen.update(ckpt.meta.get("modalities_seen") or {})
-        self.last_loss = ckpt.meta.get("loss")
-        if env.is_main:
-            log.info("resumed from %s (step %d, %s tokens seen)", ckpt.path, ckpt.step, f"{self.tokens_seen:,}")
-
-    def _apply_optimizer_settings(self, step: int) -> None:
+    def apply_optimizer_settings(self, step: int) -> None:
         opt = self.cfg.optimizer
         factor = self.schedule(step)
         for group, decay in zip(self.optimizer.param_groups, (opt.weight_decay, 0.0), strict=True):
@@ -354,39 +244,6 @@ class Trainer:
         self.model.train()
         return loss_sum / max(n_tokens, 1.0), int(n_tokens)
 
-    # ---------------------------------------------------------------- checkpoints
-
-    def save(self) -> None:
-        """Every rank contributes its RNG state; rank 0 writes; all wait until the checkpoint exists."""
-        rng = all_gather_object(rng_state(), self.env)
-        if self.env.is_main:
-            save_checkpoint(
-                self.cfg.checkpoint.dir,
-                self.step,
-                payloads={
-                    "model": self.model.state_dict(),
-                    "optim": {
-                        "optimizer": self.optimizer.state_dict(),
-                        "scheduler": self.scheduler.state_dict(),
-                        "scaler": self.scaler.state_dict(),
-                    },
-                    "rng": {"world_size": self.env.world_size, "ranks": rng},
-                },
-                meta={
-                    "dataset_version": self.cfg.dataset_version,
-                    "loader": self.loader.state_dict(),
-                    "tokens_seen": self.tokens_seen,
-                    "modalities_seen": self.modalities_seen,
-                    "loss": self.last_loss,
-                    "world_size": self.env.world_size,
-                    "config": self.cfg.to_json_dict(),
-                },
-                keep_last=self.cfg.checkpoint.keep_last,
-            )
-            # LoRA: the newest adapters alone too (peft save_pretrained), replaced at every checkpoint
-            save_adapter(self.model, Path(self.cfg.checkpoint.dir) / "adapter")
-        barrier(self.env)
-
     # ---------------------------------------------------------------- the loop
 
     def train(self, stop: StopRequest) -> TrainResult:
@@ -446,7 +303,7 @@ class Trainer:
                 })
                 interval = {"steps": 0, "tokens": 0, "time": 0.0, "wait": 0.0}
             if stop_now:
-                self.save()
+                save_run_checkpoint(self)
                 stopped = True
                 if self.env.is_main:
                     log.warning("stopped by %s after step %d; checkpoint saved", stop.requested or "another rank",
@@ -458,7 +315,7 @@ class Trainer:
                     self.metrics.log({"kind": "eval", "step": self.step, "eval_loss": self.last_eval_loss,
                                       "eval_tokens": eval_tokens, "tokens_seen": self.tokens_seen})
             if self.step % cfg.checkpoint.interval == 0 or last:
-                self.save()
+                save_run_checkpoint(self)
 
         latest = find_latest_checkpoint(cfg.checkpoint.dir)
         return TrainResult(

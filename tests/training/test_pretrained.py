@@ -14,13 +14,13 @@ from training.data.loader import PackedLoader
 from training.model import ModelConfigError, ShardSetInfo, build_model
 from training.model_families import CAUSAL_LM, loss_sum
 from training.pretrained import build_causal_lm
-from training.train import _loader_config
+from training.run_loaders import loader_config
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 
 
 def _shards(flat) -> ShardSetInfo:
-    return ShardSetInfo.from_index(PackedLoader(_loader_config(parse_run_config(run_config(flat, flat), REPO)),
+    return ShardSetInfo.from_index(PackedLoader(loader_config(parse_run_config(run_config(flat, flat), REPO)),
                                                 rank=0, world_size=1).index)
 
 
@@ -45,7 +45,7 @@ def pretrained_config(flat, ckpt, path, **top):
 def first_batch_loss(flat, ckpt, model) -> float:
     """The loss of the run's first optimizer step's samples (mean over its loss tokens), computed directly."""
     cfg = parse_run_config(run_config(flat, ckpt), REPO)
-    loader = PackedLoader(_loader_config(cfg), rank=0, world_size=1)
+    loader = PackedLoader(loader_config(cfg), rank=0, world_size=1)
     total, tokens = 0.0, 0
     with torch.no_grad():
         batches = iter(loader)

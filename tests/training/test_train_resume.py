@@ -19,7 +19,7 @@ from train_runs import (
 )
 
 from training.checkpoint import CheckpointError, find_latest_checkpoint
-from training.train import DatasetVersionMismatch
+from training.resume import DatasetVersionMismatch
 
 
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(flat, reference, tmp_path):
