@@ -50,10 +50,10 @@ from benchmarks.harness import (
     cpu_seconds_metric,
     get_benchmark,
     peak_rss_metric,
-    render_report,
     run_benchmark,
     work_seconds_metric,
 )
+from benchmarks.report import render_report
 
 SIZES = (25, 50, 100)  # percent of the corpus
 PATTERN = "*.jsonl"

@@ -59,7 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import DEFAULT_WORK_ROOT, GPT2_TOKENIZER_JSON, MB, REPO_ROOT, _cpu_busy_seconds, machine_info
+from benchmarks.harness import DEFAULT_WORK_ROOT, GPT2_TOKENIZER_JSON, MB, REPO_ROOT
+from benchmarks.report import cpu_busy_seconds, machine_info
 from benchmarks.scaled_corpus import NEAR_THRESHOLD, jaccard_check, prepare_inputs
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "corpus"  # /work/corpus beside the checkout (benchmarks/README.md)
@@ -151,7 +152,7 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
     log_path = run_dir / f"{label}.log"
     cmd = [sys.executable, "-m", "benchmarks.pipeline_scaling", "_stage", asset, partition or "-", str(result_path)]
     load = os.getloadavg()[0]
-    busy0, t0 = _cpu_busy_seconds(), time.monotonic()
+    busy0, t0 = cpu_busy_seconds(), time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -175,7 +176,7 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         time.sleep(SAMPLE_INTERVAL_S)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    busy1 = _cpu_busy_seconds()
+    busy1 = cpu_busy_seconds()
     cpu = usage.ru_utime + usage.ru_stime  # the child and every descendant it reaped (Linux wait4)
     rec: dict[str, Any] = {
         "stage": label, "asset": asset, "partition": partition, "exit_code": proc.returncode,
