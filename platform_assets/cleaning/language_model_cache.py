@@ -37,6 +37,7 @@ import logging
 import mmap
 import os
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +49,7 @@ FORMAT_VERSION = 1  # bump when ModelArrays' arrays or how they are derived chan
 MAGIC = b"platform-assets:py3langid-arrays\n"
 _ALIGN = 64  # every array starts on a cache line
 _CHUNK = 4 << 20  # the checksum pass reads this much at a time
+ABANDONED_AFTER_S = 600  # a temporary file untouched this long is a killed builder's (writing takes ~0.2 s)
 
 _log = logging.getLogger(__name__)
 
@@ -162,6 +164,7 @@ def _layout(arrays: ModelArrays, digest: str) -> tuple[bytes, list[np.ndarray], 
 def _write(path: Path, arrays: ModelArrays, digest: str) -> None:
     head, stored, offsets = _layout(arrays, digest)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -177,6 +180,18 @@ def _write(path: Path, arrays: ModelArrays, digest: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _remove_abandoned(path: Path) -> None:
+    """Temporary files of builders killed mid-write (97 MB each), older than ABANDONED_AFTER_S: a
+    builder that is still writing touched its file within the last second or so."""
+    now = time.time()
+    for tmp in path.parent.glob(path.name + ".*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > ABANDONED_AFTER_S:
+                tmp.unlink()
+        except OSError:
+            pass  # gone already (another builder), or not ours to remove
 
 
 def _open(path: Path, digest: str) -> ModelArrays:

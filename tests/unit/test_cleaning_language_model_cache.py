@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -140,6 +141,20 @@ def test_a_damaged_cache_file_is_rebuilt_never_read(tmp_path, reference, damage,
     _assert_same(rebuilt, reference)
     assert "rebuilding the language model cache" in caplog.text
     assert language_model_cache.load(tmp_path).source == "mapped"  # whole again
+
+
+def test_a_killed_builders_temporary_file_is_removed_by_the_next_build(tmp_path, reference):
+    final = _the_file(tmp_path)
+    abandoned = tmp_path / f"{final.name}.killed.tmp"
+    in_progress = tmp_path / f"{final.name}.writing.tmp"
+    abandoned.write_bytes(b"half a model")
+    in_progress.write_bytes(b"being written")
+    old = time.time() - language_model_cache.ABANDONED_AFTER_S - 60
+    os.utime(abandoned, (old, old))
+    assert language_model_cache.load(tmp_path).source == "built"
+    assert not abandoned.exists()
+    assert in_progress.exists()  # recent: another builder may still be writing it
+    assert final.exists()
 
 
 def test_no_writable_cache_location_keeps_the_model_in_memory(tmp_path, reference, caplog):
