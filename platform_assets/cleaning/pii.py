@@ -62,6 +62,12 @@ _EMAIL_RE = re.compile(
     r"(?<![\w.%+-])[\w.%+-]{1,64}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,8}[A-Za-z]{2,24}(?![\w-])"
 )
+# Patterns whose every match holds one given character with bounded parts on either side: (the
+# character, most characters of a match before it, most after it). These are searched only around
+# each occurrence of the character (_substitute_near) instead of at every position of the text: an
+# e-mail address has one "@", a local part of at most 64 characters and at most 8 labels of 63 + "."
+# and a 24-letter TLD after it. 0.040 -> 0.006 CPU-s on the cleaning_stage benchmark's 179 texts with an "@".
+_SEARCH_NEAR: dict[re.Pattern[str], tuple[str, int, int]] = {_EMAIL_RE: ("@", 64, 8 * 64 + 24)}
 
 # -- credit cards ---------------------------------------------------------------------------------------
 # 13 to 19 digits, optionally grouped by single spaces or dashes; starts only where no digit group,
@@ -230,7 +236,7 @@ class Redactor:
                 needles.search(text) if isinstance(needles, re.Pattern) else any(x in text for x in needles)
             ):
                 continue
-            text, hits = _substitute(text, pattern, valid, group, self.placeholders[kind])
+            text, hits = _substitute(text, pattern, valid, group, self.placeholders[kind], _SEARCH_NEAR.get(pattern))
             if hits:
                 total += hits
                 if counters is not None:
@@ -244,8 +250,10 @@ def _substitute(
     valid: Callable[[re.Match[str]], bool] | None,
     group: int,
     placeholder: str,
+    near: tuple[str, int, int] | None = None,
 ) -> tuple[str, int]:
-    """Replace the valid matches of `pattern` (or just their `group`) by `placeholder`."""
+    """Replace the valid matches of `pattern` (or just their `group`) by `placeholder`; with `near`
+    (_SEARCH_NEAR), searching only around that character's occurrences."""
     hits = 0
 
     def replace(m: re.Match[str]) -> str:
@@ -258,7 +266,41 @@ def _substitute(
         whole, start = m.group(0), m.start(0)
         return whole[: m.start(group) - start] + placeholder + whole[m.end(group) - start :]
 
-    return pattern.sub(replace, text), hits
+    # windows of (before + after) characters per occurrence: beyond one occurrence per window's width
+    # they would cover the text more than once, where sub's scan is linear ("a@" * 1_000_000)
+    if near is None or text.count(near[0]) * (near[1] + near[2]) > len(text):
+        return pattern.sub(replace, text), hits
+    return _substitute_near(text, pattern, replace, near), hits
+
+
+def _substitute_near(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str],
+                     near: tuple[str, int, int]) -> str:
+    """pattern.sub(replace, text) for a pattern whose every match holds `near`'s character with at
+    most `before` characters of the match before it and `after` after it: the same matches, found by
+    a search in a window around each occurrence.
+
+    Why the same: sub takes, from the end of the previous match on, the leftmost match. A match that
+    holds occurrence i starts in [i - before, i], so a search from there (or from the previous match's
+    end) finds it if there is one; no match starts earlier (it would hold an earlier occurrence, whose
+    window found none). The window's end lies past every match that holds i and past the character
+    its final lookahead reads, so the search answers as over the whole text; a match it finds that
+    starts after i holds a later occurrence (its window decides), and lookbehinds read before `pos`."""
+    anchor, before, after = near
+    out: list[str] = []
+    copied = searched_to = 0  # text[:copied] is in `out`; the previous match ended at searched_to
+    i = text.find(anchor)
+    while i >= 0:
+        m = pattern.search(text, max(searched_to, i - before), min(len(text), i + after + 2))
+        if m is not None and m.start() <= i:
+            out += (text[copied:m.start()], replace(m))
+            copied = searched_to = m.end()
+            i = text.find(anchor, max(searched_to, i + 1))
+        else:
+            i = text.find(anchor, i + 1)
+    if not out:
+        return text
+    out.append(text[copied:])
+    return "".join(out)
 
 
 class PiiRedact(DocumentStep):
