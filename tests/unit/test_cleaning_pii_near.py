@@ -1,6 +1,7 @@
-"""pii._substitute_near (an e-mail address searched only around each "@") gives exactly pattern.sub's
-result: on generated texts dense in the pattern's characters, at the bounds of the local part (64) and
-the domain (8 labels, 24-letter TLD), with matches back to back and invalid ones in between."""
+"""pii._substitute_near (e-mail addresses searched only around each "@", IPv6 candidates around each
+":") gives exactly pattern.sub's result: on generated texts dense in the patterns' characters, at the
+bounds of the local part (64) and the domain (8 labels, 24-letter TLD) and of IPv6's 8 groups, with
+matches back to back and invalid ones in between."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 from collections import Counter
 
 from platform_assets.cleaning import pii
-from platform_assets.cleaning.pii import _EMAIL_RE, _SEARCH_NEAR, Redactor, _substitute_near
+from platform_assets.cleaning.pii import _EMAIL_RE, _IPV6_RE, _SEARCH_NEAR, Redactor, _substitute_near
 
 _PIECES = ["a", "Z", "9", "_", ".", "-", "+", "%", "@", " ", "\n", "é", "x.y", "@@", "..", "com", "org",
            "a" * 63, "b" * 64, "c" * 65, "d" * 25, ".de", "-x", "@a.b", "(", "<", ">", ",", ":"]
@@ -22,11 +23,11 @@ def _address(rng: random.Random) -> str:
     return f"{local}@{'.'.join(labels)}.{tld}"
 
 
-def _both(text: str) -> tuple[str, str]:
+def _both(text: str, pattern=_EMAIL_RE) -> tuple[str, str]:
     def replace(m) -> str:  # every other match kept: invalid matches are consumed as sub consumes them
-        return "<EMAIL>" if len(m.group(0)) % 2 else m.group(0)
+        return "<X>" if len(m.group(0)) % 2 else m.group(0)
 
-    return _EMAIL_RE.sub(replace, text), _substitute_near(text, _EMAIL_RE, replace, _SEARCH_NEAR[_EMAIL_RE])
+    return pattern.sub(replace, text), _substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
 
 
 def test_the_same_result_as_sub_on_generated_text():
@@ -59,3 +60,22 @@ def test_redaction_counts_are_unchanged():
     assert hits == counters["EMAIL"] == text.count("@") - _EMAIL_RE.sub("", text).count("@")
     assert redacted.count("<EMAIL>") == counters["EMAIL"]
     assert pii.redact("write to jane.doe@example.org today") == "write to <EMAIL> today"
+
+
+_IPV6_PIECES = [":", "::", "a", "F", "9", "ffff", "12345", ".", " ", "\n", "x", "_", "1:2", "a:b:c", "::1",
+                "fe80::1", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9", "é"]
+
+
+def test_ipv6_candidates_the_same_as_sub():
+    rng = random.Random(23)
+    matched = 0
+    for _ in range(4000):
+        text = "".join(rng.choice(_IPV6_PIECES) for _ in range(rng.randint(0, 16)))
+        expected, got = _both(text, _IPV6_RE)
+        assert got == expected, repr(text)
+        matched += _IPV6_RE.search(text) is not None
+    assert matched > 500
+    for text in ["1:2:3:4:5:6:7:8", "ffff:" * 7 + "ffff", "ffff:" * 8, ("a:b:c " + " " * 40) * 5,
+                 "x" * 100 + "::1" + "y" * 100, "::", ":::", "1::2::3"]:
+        expected, got = _both(text, _IPV6_RE)
+        assert got == expected, text
