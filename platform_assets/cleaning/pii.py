@@ -108,6 +108,9 @@ def is_card_number(candidate: str) -> bool:
 
 # -- IP addresses ---------------------------------------------------------------------------------------
 _IPV4_RE = re.compile(r"\d(?<![\w.]\d)\d{0,2}(?:\.\d{1,3}){3}(?!\.?\w)")
+# What every candidate holds, led by a literal (scanned fast, where the candidate search tests every
+# digit): 80 of the cleaning_stage benchmark's 534 texts have it, and IPv4 costs 0.012 CPU-s, not 0.026
+_IPV4_HINT_RE = re.compile(r"\.\d{1,3}\.\d{1,3}\.\d")
 # Candidates only (hex groups and colons, at least two colons); `ipaddress` decides. A time "12:30:45"
 # or a C++ "std::vector" is not an address (no valid parse, or not preceded by a boundary).
 _IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
@@ -204,7 +207,7 @@ class Redactor:
             ("SLACK_TOKEN", _SLACK_TOKEN_RE, None, ("xox",), 0),
             ("EMAIL", _EMAIL_RE, None, ("@",), 0),
             ("CREDIT_CARD", _CARD_RE, lambda m: is_card_number(m.group(0)), None, 0),
-            ("IP_ADDRESS", _IPV4_RE, self._ip_ok, (".",), 0),
+            ("IP_ADDRESS", _IPV4_RE, self._ip_ok, _IPV4_HINT_RE, 0),
             ("IP_ADDRESS", _IPV6_RE, self._ip_ok, _IPV6_HINT_RE, 0),
             ("PHONE", _PHONE_RE, _phone_ok, None, 0),
         ]

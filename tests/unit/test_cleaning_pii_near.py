@@ -79,3 +79,18 @@ def test_ipv6_candidates_the_same_as_sub():
                  "x" * 100 + "::1" + "y" * 100, "::", ":::", "1::2::3"]:
         expected, got = _both(text, _IPV6_RE)
         assert got == expected, text
+
+
+def test_every_ipv4_candidate_holds_the_hint_that_gates_it():
+    from platform_assets.cleaning.pii import _IPV4_HINT_RE, _IPV4_RE
+
+    rng = random.Random(24)
+    pieces = ["1", "22", "333", "4444", ".", "..", " ", "a", "v", "/", "٣", "1.2", "10.0.0.1", "1.2.3", "-"]
+    candidates = 0
+    for _ in range(6000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        if _IPV4_RE.search(text):
+            candidates += 1
+            assert _IPV4_HINT_RE.search(text), text
+    assert candidates > 300
+    assert _IPV4_HINT_RE.search("version 1.2.3.4") and not _IPV4_HINT_RE.search("1.2.3 and 4.5")
