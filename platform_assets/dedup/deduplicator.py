@@ -31,7 +31,7 @@ from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
 from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
-from platform_assets.dedup.lsh_index import LshIndex, lsh_shape
+from platform_assets.dedup.lsh_shape import lsh_shape
 from platform_assets.dedup.minhash import EMPTY, MinHasher
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
 from platform_assets.dedup.result import (  # re-exported: callers import them from here
@@ -235,6 +235,9 @@ class Deduplicator:
             greedy = BucketedNearDedup(self.settings.near, self.prior, self._buckets.shared_keys())
             out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
         else:
+            # datasketch's index: imported only here, the default `disk` storage does not need it
+            from platform_assets.dedup.lsh_index import LshIndex
+
             index = LshIndex(self.settings.near, self.minhasher)
             counts.lsh_bands, counts.lsh_rows = index.bands, index.rows
             greedy = GreedyNearDedup(self.settings.near, index, self.prior)

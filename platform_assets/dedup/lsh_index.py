@@ -1,7 +1,8 @@
 """The MinHash-LSH index: datasketch's MinHashLSH over our precomputed signatures.
 
-Band/row shape: datasketch's optimiser (minimise the weighted false-positive and false-negative
-areas under the S-curve 1 - (1 - s^r)^b) for the LSH threshold. Tuned for 0.8 itself at 128 slots
+Band/row shape (lsh_shape.py, re-exported here; the default `disk` storage imports only that):
+datasketch's criterion (minimise the weighted false-positive and false-negative areas under the
+S-curve 1 - (1 - s^r)^b) for the LSH threshold. Tuned for 0.8 itself at 128 slots
 it picks b=9 x r=13, which finds a pair at J=0.8 with probability 0.40 and at J=0.85 with 0.69: far
 too few for recall >= 0.95. So, when candidates are verified, the index is tuned 0.2 below the
 similarity threshold (b=18 x r=7: 0.986 at J=0.8, 0.13 at J=0.5) and verification removes the extra
@@ -14,34 +15,15 @@ index (`storage.type: redis`).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from functools import lru_cache
 
 import numpy as np
 from datasketch import LeanMinHash, MinHashLSH
 
+from platform_assets.dedup.lsh_shape import collision_probability, lsh_shape, optimal_shape
 from platform_assets.dedup.minhash import MinHasher
 from platform_assets.dedup.settings import NearSettings
 
-
-@lru_cache(maxsize=64)
-def optimal_shape(
-    threshold: float, num_perm: int, weights: tuple[float, float] = (0.5, 0.5)
-) -> tuple[int, int]:
-    """(bands, rows) datasketch chooses for this threshold (cached: it integrates ~700 curves)."""
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
-    return lsh.b, lsh.r
-
-
-def collision_probability(similarity: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
-    """P[a pair with this Jaccard shares at least one band] = 1 - (1 - s^r)^b."""
-    return 1.0 - (1.0 - np.asarray(similarity, dtype=float) ** rows) ** bands
-
-
-def lsh_shape(settings: NearSettings) -> tuple[int, int]:
-    """(bands, rows): the configured shape, or datasketch's optimum for the effective threshold."""
-    if settings.bands is not None and settings.rows is not None:
-        return settings.bands, settings.rows
-    return optimal_shape(settings.effective_lsh_threshold(), settings.num_perm, tuple(settings.lsh_weights))
+__all__ = ["LshIndex", "collision_probability", "lsh_shape", "optimal_shape"]
 
 
 class LshIndex:

@@ -19,11 +19,15 @@ at J = 0.8). datasketch consumes them as `LeanMinHash(seed, hashvalues, scheme="
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from datasketch import LeanMinHash
 
 from platform_assets.dedup.hash64 import fmix64_inplace, seed_key
 from platform_assets.dedup.shingles import ShingleBatch
+
+if TYPE_CHECKING:  # imported where used: datasketch costs ~0.7 CPU-s to import (lsh_shape.py)
+    from datasketch import LeanMinHash
 
 EMPTY = np.uint32(0xFFFFFFFF)  # the signature of a document without shingles: every slot EMPTY
 DATASKETCH_SCHEME = "affine32"  # datasketch's label for 32-bit hash values; only checked for equality
@@ -133,6 +137,8 @@ class MinHasher:
 
     def lean_minhash(self, signature: np.ndarray) -> LeanMinHash:
         """A datasketch LeanMinHash over one signature row (what MinHashLSH indexes)."""
+        from datasketch import LeanMinHash
+
         return LeanMinHash(seed=self.seed, hashvalues=signature, scheme=DATASKETCH_SCHEME)
 
     def fingerprint(self) -> dict[str, object]:

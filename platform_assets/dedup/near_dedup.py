@@ -20,14 +20,17 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from platform_assets.dedup.lsh_index import LshIndex
 from platform_assets.dedup.minhash import exact_jaccard
 from platform_assets.dedup.settings import NearSettings
 from platform_assets.dedup.shingles import ShingleBatch
 from platform_assets.dedup.signature_store import AcceptedSignatures
+
+if TYPE_CHECKING:  # only `storage: memory | redis` builds one (deduplicator.py imports it there)
+    from platform_assets.dedup.lsh_index import LshIndex
 
 
 class ShingleStore:

@@ -34,7 +34,7 @@ from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillD
 from platform_assets.dedup.exact import TEXT_HASH_TYPE
 from platform_assets.dedup.image_near import image_phashes, near_pairs, similarity
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
-from platform_assets.dedup.lsh_index import lsh_shape
+from platform_assets.dedup.lsh_shape import lsh_shape
 from platform_assets.dedup.minhash import MinHasher, exact_jaccard
 from platform_assets.dedup.settings import ExactSettings, ImageNearSettings, NearSettings
 from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
