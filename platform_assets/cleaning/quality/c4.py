@@ -45,6 +45,25 @@ def count_sentences(line: str) -> int:
     return 1 + len(_SENTENCE_END_RE.findall(line)) if line.strip() else 0
 
 
+def group_by_shared_word(phrases: tuple[str, ...], min_len: int = 5) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The phrases under a word of `min_len`+ characters that most of them contain ("cookie": 4 of
+    C4's policy phrases), or alone: a phrase is a substring of a text only if its word is, so a text
+    is searched for each group's word and for its phrases only where the word is there (5 searches
+    instead of 8 for C4's phrases on most documents: 0.078 -> ~0.05 CPU-s over cleaning_stage's)."""
+    words = {w for p in phrases for w in p.split() if len(w) >= min_len}
+    groups: dict[str, list[str]] = {}
+    for p in phrases:
+        shared = [w for w in words if w in p]
+        best = max(shared, key=lambda w: (sum(w in q for q in phrases), len(w), w), default=p)
+        groups.setdefault(best, []).append(p)
+    return tuple((ps[0], (ps[0],)) if len(ps) == 1 else (w, tuple(ps)) for w, ps in groups.items())
+
+
+def holds_any(text: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
+    """Is one of the grouped phrases (group_by_shared_word) a substring of `text`?"""
+    return any(word in text and (len(group) == 1 or any(p in text for p in group)) for word, group in groups)
+
+
 class C4(RuleSet):
     """Raffel et al. 2020, 2.2 (see presets.C4). Removes lines, so it rewrites the text it keeps."""
 
@@ -64,7 +83,7 @@ class C4(RuleSet):
         )
         # len(line.split(None, k)) < min_words_per_line  <=>  the line has fewer words: no full split
         self._min_words_split = s.min_words_per_line - 1 if s.min_words_per_line else None
-        self._phrases = (
+        self._phrase_groups = group_by_shared_word(
             (("lorem ipsum",) if s.filter_lorem_ipsum else ())
             + (("javascript",) if s.filter_javascript else ())
             + (presets.C4_POLICY_SUBSTRINGS if s.filter_policy else ())
@@ -80,10 +99,10 @@ class C4(RuleSet):
         cite = s.remove_citations and "[" in text
         # Lines only need lower-casing if the document holds one of the phrases at all (citations
         # removed first, as per line: a line's lower-cased text is a substring of the document's).
-        phrases = self._phrases
+        phrases = bool(self._phrase_groups)
         if phrases:
             low_text = (_CITATION_RE.sub("", text) if cite else text).lower()
-            phrases = tuple(p for p in phrases if p in low_text)
+            phrases = holds_any(low_text, self._phrase_groups)
         curly = s.filter_curly_bracket and "{" in text
         shortcut = self.fast_lines and not (cite or phrases or curly or s.filter_no_terminal_punct)
         joined = sentences = None  # where the compiled pass gives them
