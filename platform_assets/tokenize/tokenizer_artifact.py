@@ -92,6 +92,8 @@ class TokenizerArtifact:
     """Provenance recorded at build time (source, algorithm, training documents and bytes)."""
     template_date: dt.date = DEFAULT_TEMPLATE_DATE
     """The day templates that read the clock render (`tokenizer.chat_template_date`)."""
+    _tokenizer_json: str | None = field(default=None, repr=False, compare=False)
+    """The JSON `tokenizer` was parsed from (from_files), reused for `text_tokenizer`."""
 
     def __post_init__(self) -> None:
         missing = [r for r in REQUIRED_ROLES if r not in self.special_tokens]
@@ -109,14 +111,21 @@ class TokenizerArtifact:
                 raise ValueError(f"special token {role}={token!r} is not in the tokenizer's vocabulary")
             ids[role] = tid
         self.special_ids = ids
-        self.text_tokenizer = Tokenizer.from_str(self.tokenizer.to_str())
-        self.text_tokenizer.encode_special_tokens = True
         # every special added token, longest first: a chat message containing one is refused
         # (see encode.py), so only the template can put a control token into a sequence
         self.control_tokens = tuple(sorted(
             (t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special),
             key=lambda s: (-len(s), s),
         ))
+
+    @cached_property
+    def text_tokenizer(self) -> Tokenizer:
+        """The document path's copy: special-token strings in the text are encoded as text. Built on
+        first use (a parse of tokenizer.json, ~0.1 CPU-s for GPT-2's 3.5 MB): packing and the training
+        job load the artifact for its ids and never encode, and from_files passes the JSON it read."""
+        text = Tokenizer.from_str(self._tokenizer_json or self.tokenizer.to_str())
+        text.encode_special_tokens = True
+        return text
 
     @property
     def eos_id(self) -> int:
@@ -180,8 +189,9 @@ class TokenizerArtifact:
         if recorded and recorded != sha:
             raise ValueError(f"{TOKENIZER_FILE} has sha256 {sha[:12]}..., {ARTIFACT_FILE} records {recorded[:12]}...: "
                              "the directory was modified after it was built")
+        text = tokenizer_json.decode("utf-8")
         art = cls(
-            tokenizer=Tokenizer.from_str(tokenizer_json.decode("utf-8")),
+            tokenizer=Tokenizer.from_str(text),
             special_tokens={r: v["token"] for r, v in artifact_json["special_tokens"].items()},
             chat_template=artifact_json["chat_template"],
             add_bos=bool(artifact_json["add_bos"]),
@@ -190,6 +200,7 @@ class TokenizerArtifact:
             info=dict(artifact_json.get("info", {})),
             # absent: written before the setting existed, when templates were given no date_string
             template_date=dt.date.fromisoformat(artifact_json.get("template_date", DEFAULT_TEMPLATE_DATE.isoformat())),
+            _tokenizer_json=text,
         )
         for role, v in artifact_json["special_tokens"].items():
             if art.special_ids[role] != v["id"]:
