@@ -74,7 +74,12 @@ def cache_root() -> Path | None:
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured is not None:
         return Path(configured) if configured else None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no home directory to be found (no $HOME, no passwd entry): no cache
+            return None
     return Path(base) / "platform_assets"
 
 

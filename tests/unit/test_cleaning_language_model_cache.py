@@ -63,6 +63,14 @@ def test_the_cache_directory_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("PLATFORM_ASSETS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert language_model_cache.cache_root() == tmp_path / "xdg" / "platform_assets"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert language_model_cache.cache_root() is None  # nowhere to cache: decompressed in memory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("PLATFORM_ASSETS_CACHE_DIR", "")  # set but empty: no cache at all
     assert language_model_cache.cache_root() is None
     assert language_model_cache.load().source == "memory"
