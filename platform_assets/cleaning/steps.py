@@ -186,6 +186,10 @@ def assemble_result(
     stats.docs_in += n
     stats.bytes_in += sum(sizes)
     if new_texts is not None:
+        if drops:  # removed below: not worth encoding (quality removes ~70% of its input's bytes)
+            new_texts = new_texts.copy()
+            for row, _, _ in drops:
+                new_texts[row] = ""
         text_idx = batch.schema.get_field_index("text")
         text_type = batch.schema.field(text_idx).type
         batch = batch.set_column(text_idx, batch.schema.field(text_idx), pa.array(new_texts, text_type))
