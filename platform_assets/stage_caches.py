@@ -8,10 +8,11 @@ asset's first call) releases the caches that the starting stage does not keep. T
 raw_documents and cleaned_documents for each source in turn, so a cleaning cache is kept by both: it
 is loaded once for all sources, not once per source (py3langid's model: ~0.4 s each).
 
-Registered: py3langid's model (lzma-decompressed arrays and our float32 copy of its weights), loaded
-in the main process when cleaned_documents cleans there (a source of one slice, as every source of the
-sample), was held through dedup, splits, tokenize and packing; releasing it frees ~120 MB
-(tests/unit/test_stage_caches.py).
+Registered: py3langid's model, loaded in the main process when cleaned_documents cleans there (a
+source of one slice, as every source of the sample), was held through dedup, splits, tokenize and
+packing. Releasing it unmaps the uncompressed cache file (cleaning/language_model_cache.py: its 97 MB
+are page-cache pages, shared with the cleaning workers) or, without a cache, frees the ~120 MB of
+decompressed arrays and our float32 copy of the weights (tests/unit/test_stage_caches.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ itself when another stage starts: py3langid's model, loaded by cleaned_documents
 dedup, splits, tokenize and packing (~120 MB here)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -57,8 +58,10 @@ print(json.dumps({"released": released, "model_gone": language_id._MODEL is None
 
 
 def test_the_language_model_is_released_when_another_stage_starts():
+    # the model decompressed in memory (no cache file): a mapped one is unmapped on release, its pages
+    # the page cache's (tests/unit/test_cleaning_language_model_cache.py)
     done = subprocess.run([sys.executable, "-c", _RELEASE_SCRIPT], capture_output=True, text=True,
-                          timeout=120, check=True)
+                          timeout=120, check=True, env={**os.environ, "PLATFORM_ASSETS_CACHE_DIR": ""})
     result = json.loads(done.stdout.splitlines()[-1])
     assert "language model" in result["released"]
     assert result["model_gone"]
