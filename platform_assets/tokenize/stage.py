@@ -70,26 +70,41 @@ class TokenizerBuildResult(StageResult):
 
 
 class _SmallestHashes:
-    """The `n` (hash, id, text) with the smallest hashes seen so far: a deterministic sample that
-    does not depend on part order or on where a source's documents sit."""
+    """The (hash, id, text) with the smallest hashes, at most `n` of them and `budget` characters in
+    all (at least one): a deterministic sample that does not depend on part order, batching or where a
+    source's documents sit. Kept: every document seen with a hash below `bound` (the smallest hash
+    left out so far), trimmed to that prefix; a document left out can never return, nor can any with a
+    larger hash (the prefix stops at or before it), so the set is the one a single pass over all
+    documents in hash order would take."""
 
-    def __init__(self, n: int, max_chars: int):
-        self.n, self.max_chars = n, max_chars
+    def __init__(self, n: int, max_chars: int, budget: int):
+        self.n, self.max_chars, self.budget = n, max_chars, budget
         self.items: list[tuple[float, str, str]] = []
+        self.bound = np.inf
 
     def add(self, u: np.ndarray, ids: pa.Array, text: pa.Array) -> None:
         if self.n == 0:
             return
-        cutoff = self.items[-1][0] if len(self.items) == self.n else np.inf
-        cand = np.flatnonzero(u < cutoff)
-        cand = cand[np.argsort(u[cand], kind="stable")[: self.n]]
+        cand = np.flatnonzero(u < self.bound)
+        cand = cand[np.argsort(u[cand], kind="stable")]
+        if len(cand) > self.n:  # beyond the n smallest of this batch: never in the sample
+            self.bound = min(self.bound, float(u[cand[self.n]]))
+            cand = cand[: self.n]
         if not len(cand):
             return
         take = pa.array(cand, pa.int64())
         texts = text.take(take).to_pylist()
         new = [(float(u[i]), d, (t or "")[: self.max_chars])
                for i, d, t in zip(cand.tolist(), ids.take(take).to_pylist(), texts, strict=True)]
-        self.items = sorted(self.items + new)[: self.n]
+        merged = sorted(self.items + new)
+        kept, chars = 0, 0
+        for _, _, t in merged[: self.n]:
+            if kept and chars + len(t) > self.budget:
+                break
+            kept, chars = kept + 1, chars + len(t)
+        if kept < len(merged):
+            self.bound = min(self.bound, merged[kept][0])
+        self.items = merged[:kept]
 
     def pairs(self) -> list[tuple[str, str]]:
         return [(d, t) for _, d, t in self.items]
@@ -144,7 +159,8 @@ def build_tokenizer(
     that cannot be loaded, a tokenizer without an eos token)."""
     if output_schema(storage, splits_rel) is None:
         raise ValueError(f"no documents under {splits_rel}: the tokenizer is built from the dataset_splits output")
-    sample = _SmallestHashes(settings.roundtrip_sample, settings.roundtrip_max_chars)
+    sample = _SmallestHashes(settings.roundtrip_sample, settings.roundtrip_max_chars,
+                             settings.roundtrip_sample_chars)
     train_u: list[np.ndarray] = []
     train_sizes: list[np.ndarray] = []
     for u, ids, split, text in _documents(storage, splits_rel, io.batch_rows):
