@@ -108,6 +108,12 @@ def _load_model() -> _Model:
         return _MODEL
 
 
+def preload_model() -> None:
+    """Load the model now: the cleaning workers' forkserver does, and the workers forked from it
+    inherit it (cleaning/worker_pool.py)."""
+    _load_model()
+
+
 def release_model() -> bool:
     """Drop the process's model (loaded again on the next prediction); True if one was loaded."""
     global _MODEL

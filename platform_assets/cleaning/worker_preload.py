@@ -1,0 +1,16 @@
+"""Imported by the cleaning workers' forkserver before it forks a worker (worker_pool.py): the stage's
+modules, the compiled kernels loaded from numba's cache and py3langid's model, which every worker then
+has without loading them (a worker started with `spawn` paid ~1.4 CPU-s for them)."""
+
+from platform_assets.cleaning import (
+    language_kernels,
+    language_script,
+    normalize,
+    stage,  # noqa: F401 - the module a worker runs
+)
+from platform_assets.cleaning.language_id import preload_model
+from platform_assets.cleaning.quality import array_vocab, kernels, line_stats
+
+for _module in (kernels, line_stats, array_vocab, language_kernels, language_script, normalize):
+    _module.load()
+preload_model()

@@ -1,0 +1,57 @@
+"""Cleaning's workers are forked from a forkserver that has loaded the stage, the compiled kernels and
+py3langid's model (worker_pool.py): a worker starts with them in memory, and the server is stopped when a
+stage other than ingest or cleaning starts."""
+
+import multiprocessing
+import resource
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from platform_assets import stage_caches
+from platform_assets.cleaning import worker_pool
+
+pytestmark = pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(),
+                                reason="no forkserver on this platform: workers are spawned")
+
+
+def _what_a_worker_has() -> tuple[bool, bool, float]:
+    from platform_assets.cleaning import language_id
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (worker_pool.PRELOAD_MODULE in sys.modules, language_id._MODEL is not None,
+            usage.ru_utime + usage.ru_stime)
+
+
+def _forkserver_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_pid
+
+
+def test_a_worker_starts_with_the_kernels_and_the_model_loaded():
+    worker_pool.stop_forkserver()  # a server another test started may hold another preload list
+    context = worker_pool.worker_context()
+    assert context.get_start_method() == "forkserver"
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
+        preloaded, model, cpu = pool.submit(_what_a_worker_has).result()
+    assert preloaded and model
+    assert cpu < 0.3  # a spawned worker spent ~1.4 CPU-s on imports, kernels and the model first
+    assert _forkserver_pid() is not None
+
+
+def test_the_forkserver_is_kept_by_ingest_and_cleaning_and_stopped_by_another_stage():
+    with ProcessPoolExecutor(1, mp_context=worker_pool.worker_context()) as pool:
+        pool.submit(_what_a_worker_has).result()
+    pid = _forkserver_pid()
+    assert pid is not None
+    assert "cleaning forkserver" not in stage_caches.release_other_stages("raw_documents")
+    assert "cleaning forkserver" not in stage_caches.release_other_stages("cleaned_documents")
+    assert _forkserver_pid() == pid
+    assert "cleaning forkserver" in stage_caches.release_other_stages("tokenized_documents")
+    assert _forkserver_pid() is None
+    assert not worker_pool.stop_forkserver()  # nothing left to stop
+    with ProcessPoolExecutor(1, mp_context=worker_pool.worker_context()) as pool:  # the next pool starts one
+        assert pool.submit(_what_a_worker_has).result()[0]
+    assert _forkserver_pid() not in (None, pid)
