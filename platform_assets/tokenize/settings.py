@@ -175,13 +175,18 @@ class TokenizeSettings(StrictModel):
     """A document longer than max_length is kept whole (and counted), truncated to its first
     max_length tokens (a truncated document has no EOS: it did not end there), or cut into
     consecutive max_length pieces, one row each with `chunk` = 0, 1, 2, ..."""
-    encode_slice_bytes: Annotated[int, Field(gt=0)] = 4 * 2**20
+    encode_slice_bytes: Annotated[int, Field(gt=0)] = 2**20
     """UTF-8 bytes of text per call to the Rust tokenizer (two calls run at once). Its Encoding
-    objects cost ~71 bytes per token while they live (GPT-2, measured), i.e. ~120 MB for 4 MiB of
-    multilingual text at 2.5 bytes/token; a whole 8,192-document batch of up to 64 MiB would need
-    ~2 GB. 2 MiB: 6% slower, 35 MB less; 8 MiB: as fast, 255 MB more. On top, the
-    document being encoded costs ~130 bytes per byte of its text inside tokenizers (a 3.7 MB
-    Debian changelog: +476 MB), which cleaning's 4 MiB document cap bounds."""
+    objects cost ~100 bytes per token while they live (ids, type ids, a String per token, offsets,
+    masks), so the two slices in flight hold ~2 x slice x tokens per byte x 100 bytes: what a slice
+    holds follows its tokens, not its bytes, and the stage's peak followed the most token-dense
+    batch it met. At 4 MiB that was 300-360 MB on top of the stage (pipeline_scaling, 8 MiB batches:
+    peak 604 / 692 / 723 MB at 1x / 4x / 16x: 4x and 16x meet denser batches than 1x's two); at
+    1 MiB it is ~85 MB at 0.4 tokens per byte and at most ~210 MB at one token per byte, and the
+    same 4x input peaked at 319 MB in-process instead of 469 (2 MiB: 391) for the same CPU
+    (23.2 vs 23.6 CPU-s). The output does not depend on it. On top, the document being encoded
+    costs ~130 bytes per byte of its text inside tokenizers (a 3.7 MB Debian changelog: +476 MB),
+    which cleaning's 4 MiB document cap bounds."""
 
     lance: bool = False
     """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output
