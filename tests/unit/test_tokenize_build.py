@@ -221,5 +221,5 @@ def test_tokenize_settings_errors_and_defaults():
     with pytest.raises(ValidationError, match="'chunk' needs tokenize.max_length"):
         TokenizeSettings(overlong="chunk")
     s = TokenizeSettings()
-    assert s.max_length is None and s.overlong == "keep" and s.encode_slice_bytes == 4 * 2**20
+    assert s.max_length is None and s.overlong == "keep" and s.encode_slice_bytes == 2**20
     assert TokenizerSettings().special_token_list() == ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
