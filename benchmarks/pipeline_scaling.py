@@ -39,8 +39,12 @@ Measured per stage, from the parent:
 - CPU s: user + sys of the whole process tree (`os.wait4`'s rusage: the child and every
   descendant it reaped, i.e. cleaning's `io.workers` spawned processes).
 - peak tree RSS: the largest sum of RSS over the process tree, sampled with psutil every 50 ms
-  (shared library pages are counted once per process); max process RSS: the largest single
-  process's high-water mark (`ru_maxrss` of wait4: exact, not sampled).
+  (shared pages are counted once per process that maps them); peak tree PSS: the same sum of PSS
+  (`/proc/<pid>/smaps_rollup`: a page shared by k processes counts 1/k in each), the tree's memory
+  with shared pages counted once: cleaning's workers share the forkserver's pages copy-on-write, and
+  a child Dagster forks before it execs (its compute-log `tail -F`) shows the whole parent's RSS for a
+  moment (+200-230 MB in a sample at 1x: dedup 594 against 413-446 at the other scales); max process
+  RSS: the largest single process's high-water mark (`ru_maxrss` of wait4: exact, not sampled).
 - the machine's load: 1-min load average at the start of each stage, and the cores other processes
   used while it ran (/proc/stat minus the tree's own CPU), as the harness records them.
 """
@@ -157,7 +161,7 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
-    peak_tree = peak_procs = samples = 0
+    peak_tree = peak_pss = peak_procs = samples = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -166,13 +170,15 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             tree = []
-        total = 0
+        total = total_pss = 0
         for p in tree:
             try:
-                total += p.memory_info().rss
+                mem = p.memory_full_info()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-                pass
+                continue
+            total, total_pss = total + mem.rss, total_pss + getattr(mem, "pss", mem.rss)
         peak_tree, peak_procs, samples = max(peak_tree, total), max(peak_procs, len(tree)), samples + 1
+        peak_pss = max(peak_pss, total_pss)
         time.sleep(SAMPLE_INTERVAL_S)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -181,7 +187,8 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
     rec: dict[str, Any] = {
         "stage": label, "asset": asset, "partition": partition, "exit_code": proc.returncode,
         "wall_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": peak_tree,
-        "max_process_rss_bytes": usage.ru_maxrss * 1024, "processes": peak_procs, "rss_samples": samples,
+        "peak_tree_pss_bytes": peak_pss, "max_process_rss_bytes": usage.ru_maxrss * 1024, "processes": peak_procs,
+        "rss_samples": samples,
         "loadavg_1m_at_start": load,
         "others_cpu_cores": (max(0.0, (busy1 - busy0 - cpu) / wall) if busy0 is not None and busy1 is not None
                              else None),
@@ -278,7 +285,8 @@ def run_scale(n: int, inputs: dict[str, Any], work: Path, tokenizer: Path, keep:
                 records.append(rec)
                 say(f"[{t} x{n}] {rec['stage']}: wall {rec['wall_seconds']:.1f} s (work {rec['work_seconds']:.1f} s), "
                     f"CPU {rec['cpu_seconds']:.1f} s (work {rec['work_cpu_seconds']:.1f} s), "
-                    f"peak tree RSS {rec['peak_tree_rss_bytes'] / MB:,.0f} MB, "
+                    f"peak tree RSS {rec['peak_tree_rss_bytes'] / MB:,.0f} MB "
+                    f"(PSS {rec['peak_tree_pss_bytes'] / MB:,.0f}), "
                     f"max process {rec['max_process_rss_bytes'] / MB:,.0f} MB, "
                     f"{len(rec['checks'])} checks passed; load {rec['loadavg_1m_at_start']:.2f}, others "
                     f"{rec['others_cpu_cores'] or 0:.2f} cores")
@@ -301,6 +309,7 @@ def stage_summary(scales: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rec_hi = hi["stages"][i]
         size_ratio = rec_hi["input_bytes"] / rec_lo["input_bytes"]
         rss = [s["stages"][i]["peak_tree_rss_bytes"] for s in scales]
+        pss = [s["stages"][i].get("peak_tree_pss_bytes") or s["stages"][i]["peak_tree_rss_bytes"] for s in scales]
         proc = [s["stages"][i]["max_process_rss_bytes"] for s in scales]
         rss_ratio = rec_hi["peak_tree_rss_bytes"] / rec_lo["peak_tree_rss_bytes"]
         time_ratio = rec_hi["work_seconds"] / rec_lo["work_seconds"] if rec_lo["work_seconds"] else None
@@ -319,6 +328,7 @@ def stage_summary(scales: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "seconds_per_mb": per_mb, "marginal_seconds_per_mb": slope, "marginal_cpu_seconds_per_mb": cpu_slope,
             "rss_mb_per_input_mb": rss_slope,
             "rss_flat": max(rss) / min(rss) <= RSS_FLAT_MAX, "rss_under_limit": max(rss) / MB < RSS_LIMIT_MB,
+            "pss_max_over_min": max(pss) / min(pss), "pss_flat": max(pss) / min(pss) <= RSS_FLAT_MAX,
             "near_linear": time_ratio is not None and time_ratio <= NEAR_LINEAR_MAX * size_ratio,
             # wall time on a shared 2-core machine loses parallelism when others load it: the CPU
             # time of the materialize call is the steadier measure of the work done
@@ -351,11 +361,12 @@ def render(result: dict[str, Any]) -> str:
     lines += [
         "wall s: the stage process (start-up and Dagster's definitions loading included); work s: the "
         "materialize call; CPU s: the process tree (wait4), whole process and the materialize call's; peak tree "
-        "RSS: sum over the tree, sampled every 50 ms; max process: the largest single process's high-water mark.",
+        "RSS / PSS: sums over the tree, sampled every 50 ms (PSS counts a shared page once); max process: the largest "
+        "single process's high-water mark.",
         "",
-        "| stage | scale | input MB | wall s | work s | CPU s | work CPU s | peak tree RSS MB | max process RSS MB "
-        "| work s / input MB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| stage | scale | input MB | wall s | work s | CPU s | work CPU s | peak tree RSS MB | peak tree PSS MB "
+        "| max process RSS MB | work s / input MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for i, rec0 in enumerate(scales[0]["stages"]):
         for s in scales:
@@ -363,8 +374,8 @@ def render(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {rec0['stage']} | {s['scale']}x | {r['input_bytes'] / MB:,.1f} | {r['wall_seconds']:,.1f} | "
                 f"{r['work_seconds']:,.1f} | {r['cpu_seconds']:,.1f} | {r['work_cpu_seconds']:,.1f} | "
-                f"{r['peak_tree_rss_bytes'] / MB:,.0f} | {r['max_process_rss_bytes'] / MB:,.0f} | "
-                f"{r['work_seconds'] / (r['input_bytes'] / MB):.3f} |")
+                f"{r['peak_tree_rss_bytes'] / MB:,.0f} | {(r.get('peak_tree_pss_bytes') or 0) / MB:,.0f} | "
+                f"{r['max_process_rss_bytes'] / MB:,.0f} | {r['work_seconds'] / (r['input_bytes'] / MB):.3f} |")
     for s in scales:
         st = s["stages"]
         lines.append(
@@ -372,19 +383,22 @@ def render(result: dict[str, Any]) -> str:
             f"{sum(r['wall_seconds'] for r in st):,.1f} | {sum(r['work_seconds'] for r in st):,.1f} | "
             f"{sum(r['cpu_seconds'] for r in st):,.1f} | {sum(r['work_cpu_seconds'] for r in st):,.1f} | "
             f"{max(r['peak_tree_rss_bytes'] for r in st) / MB:,.0f} | "
+            f"{max(r.get('peak_tree_pss_bytes') or 0 for r in st) / MB:,.0f} | "
             f"{max(r['max_process_rss_bytes'] for r in st) / MB:,.0f} | "
             f"{sum(r['work_seconds'] for r in st) / (s['input_bytes'] / MB):.3f} |")
     if len(scales) > 1:
         lo, hi = names[0], names[-1]
         lines += ["", f"| stage | peak tree RSS {hi}/{lo} | max process RSS {hi}/{lo} | RSS flat (max/min over "
-                  f"scales <= {RSS_FLAT_MAX:.2f}) | < {RSS_LIMIT_MB:,.0f} MB | work time {hi}/{lo} (input) | "
+                  f"scales <= {RSS_FLAT_MAX:.2f}) | PSS flat | < {RSS_LIMIT_MB:,.0f} MB | "
+                  f"work time {hi}/{lo} (input) | "
                   f"work CPU {hi}/{lo} | marginal work s / input MB | marginal work CPU s / input MB | "
                   f"peak RSS MB / input MB | near-linear, wall / CPU (<= {NEAR_LINEAR_MAX:.2f}x linear) |",
-                  "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|"]
+                  "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
         for row in result["summary"]:
             lines.append(
                 f"| {row['stage']} | {row['rss_ratio']:.2f} | {row['max_process_rss_ratio']:.2f} | "
                 f"{'yes' if row['rss_flat'] else 'NO'} ({row['rss_max_over_min']:.2f}) | "
+                f"{'yes' if row['pss_flat'] else 'NO'} ({row['pss_max_over_min']:.2f}) | "
                 f"{'yes' if row['rss_under_limit'] else 'NO'} ({row['peak_tree_rss_mb_max']:,.0f}) | "
                 f"{row['time_ratio']:.2f} ({row['size_ratio']:.2f}) | {row['cpu_ratio']:.2f} | "
                 f"{row['marginal_seconds_per_mb']:.3f} | {row['marginal_cpu_seconds_per_mb']:.3f} | "
@@ -394,6 +408,9 @@ def render(result: dict[str, Any]) -> str:
         lines += ["", "targets:",
                   f"  [{'MET' if v['rss_flat'] else 'NOT MET'}] peak RSS flat within 10% across {', '.join(names)}"
                   + ("" if v["rss_flat"] else f": not flat: {', '.join(v['rss_not_flat'])}"),
+                  f"  [{'MET' if v['pss_flat'] else 'NOT MET'}] peak tree PSS (shared pages once) flat within 10% "
+                  f"across {', '.join(names)}"
+                  + ("" if v["pss_flat"] else f": not flat: {', '.join(v['pss_not_flat'])}"),
                   f"  [{'MET' if v['rss_under_limit'] else 'NOT MET'}] peak RSS under {RSS_LIMIT_MB:,.0f} MB"
                   + ("" if v["rss_under_limit"] else f": over: {', '.join(v['rss_over_limit'])}"),
                   f"  [{'MET' if v['near_linear'] else 'NOT MET'}] time near-linear (work time {hi}/{lo} <= "
@@ -424,6 +441,8 @@ def render(result: dict[str, Any]) -> str:
 def verdict(summary: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rss_flat": all(r["rss_flat"] for r in summary),
             "rss_not_flat": [f"{r['stage']} {r['rss_max_over_min']:.2f}x" for r in summary if not r["rss_flat"]],
+            "pss_flat": all(r["pss_flat"] for r in summary),
+            "pss_not_flat": [f"{r['stage']} {r['pss_max_over_min']:.2f}x" for r in summary if not r["pss_flat"]],
             "rss_under_limit": all(r["rss_under_limit"] for r in summary),
             "rss_over_limit": [f"{r['stage']} {r['peak_tree_rss_mb_max']:,.0f} MB" for r in summary
                                if not r["rss_under_limit"]],
