@@ -89,22 +89,29 @@ _INNER_SPACES_RE = re.compile(r"(?<![ \t])[ \t]{2,}")  # starts only at a run's 
 _ASCII_NOT_CONTROL = bytes(c for c in range(128) if c not in _CONTROL_CODEPOINTS)
 
 
+def _badness_alternatives() -> list | None:
+    """BADNESS_RE's alternatives as `re`'s parser reads them (a list of (op, argument) per
+    alternative), or None if an ftfy release makes it something other than one alternation."""
+    import re._constants as c
+    import re._parser as sre_parse
+
+    try:
+        (op, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
+    except (ValueError, TypeError):
+        return None
+    return branches if op is c.BRANCH else None
+
+
 def _badness_radius() -> int | None:
     """How far around a non-ASCII character ftfy's BADNESS_RE can match, if every one of its
     alternatives is a bounded run of single characters with at least one that must be non-ASCII: then
     a match lies within (longest alternative - 1) characters of a non-ASCII run, and `is_bad` can
     search only there. None (search everything) if an ftfy release changes that shape."""
     import re._constants as c
-    import re._parser as sre_parse
-
-    from ftfy.badness import BADNESS_RE
 
     single = {c.LITERAL, c.NOT_LITERAL, c.IN, c.ANY, c.CATEGORY}
-    try:
-        (op, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
-    except (ValueError, TypeError):
-        return None
-    if op is not c.BRANCH:
+    branches = _badness_alternatives()
+    if branches is None:
         return None
     longest = 0
     for branch in branches:
@@ -143,7 +150,6 @@ def _badness_anchors() -> re.Pattern[str] | None:
     `[a-zA-Z] [α-ωа-џ...] [¦¤¨¬¯¸ƒˆˇ˘˛˜†‡‰⌐◊�ªº]` is found through its third class, not its Greek and
     Cyrillic letters). None if an alternative has no such position (then the non-ASCII runs)."""
     import re._constants as c
-    import re._parser as sre_parse
 
     def finite(op, av) -> set[int] | None:
         if op is c.LITERAL:
@@ -159,11 +165,8 @@ def _badness_anchors() -> re.Pattern[str] | None:
         return sum(1000 if x < 0x80 or x in common else _LETTER_WEIGHT.get(unicodedata.category(chr(x)), 1)
                    for x in chars)
 
-    try:
-        (op, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
-    except (ValueError, TypeError):
-        return None
-    if op is not c.BRANCH:
+    branches = _badness_alternatives()
+    if branches is None:
         return None
     anchors: set[int] = set()
     for branch in branches:
