@@ -2,9 +2,11 @@
 false-negative areas under the S-curve P(s) = 1 - (1 - s^r)^b, datasketch's criterion
 (`datasketch.lsh._optimal_param`), computed here without datasketch.
 
-Why not call datasketch: importing it costs ~0.7 CPU-s per process (it imports `redis` for its
-storage backends, 0.30 s, and `scipy.integrate` for `quad`, 0.40 s), and the default `disk` storage
-(band_buckets.py) uses nothing else of it, so every dedup and split run paid that for two integrals.
+Why not call datasketch: importing it costs ~0.3 CPU-s per process on top of numpy and pyarrow
+(0.31-0.32 measured; it imports `redis` for its storage backends and `scipy.integrate` for `quad`;
+loading the definitions modules went 1.33-1.39 -> 1.10-1.12 CPU-s without it), and the default `disk`
+storage (band_buckets.py) uses nothing else of it, so every dedup and split run paid that for two
+integrals.
 
 The integrands are polynomials in s of degree b x r <= num_perm, so Gauss-Legendre quadrature with
 n nodes, exact up to degree 2n - 1, integrates them exactly (to rounding) where datasketch's adaptive
