@@ -31,24 +31,10 @@ def worker_context() -> BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    if not _stop_registered:
-        _register_stop_at_exit()
     # read when the server starts; a server another caller started keeps its own list (the workers
     # then import what they need themselves: slower, the same results)
     context.set_forkserver_preload([PRELOAD_MODULE])
     return context
-
-
-_stop_registered = False
-
-
-def _register_stop_at_exit() -> None:
-    """Stop the server when this process exits, so that this process reaps it: its CPU, and that of the
-    workers it reaped, then counts in this process's children's time (wait4, `time`, the benchmarks);
-    an orphaned server would take the workers' CPU with it to init."""
-    global _stop_registered
-    atexit.register(stop_forkserver)
-    _stop_registered = True
 
 
 def stop_forkserver() -> bool:
@@ -62,3 +48,7 @@ def stop_forkserver() -> bool:
 
 
 stage_caches.register("cleaning forkserver", frozenset({"raw_documents", "cleaned_documents"}), stop_forkserver)
+# and at exit, so that this process reaps it: its CPU, and that of the workers it reaped, then counts in
+# this process's children's time (wait4, `time`, the benchmarks); an orphaned server would take the
+# workers' CPU with it to init (without a server running, nothing to do)
+atexit.register(stop_forkserver)
