@@ -41,6 +41,11 @@ OUTPUT_VIEWS: dict[str, tuple[str, str]] = {
 PER_SOURCE_VIEWS = frozenset({"raw_documents", "quarantine", "cleaned_documents", "cleaning_exclusions"})
 
 
+def key_globs(partition_keys: Sequence[str], file_glob: str) -> tuple[str, ...]:
+    """`file_glob` in the folder of each partition key (`web.00/part-*.parquet`, ...)."""
+    return tuple(f"{key}/{file_glob}" for key in partition_keys)
+
+
 def output_views(partition_keys: Sequence[str] | None) -> dict[str, tuple[str, str | tuple[str, ...]]]:
     """OUTPUT_VIEWS with the per-source views reading only the folders of `partition_keys` (a config's
     `partition_keys()`): a source since split into file partitions left its unsplit folder behind, and
@@ -50,7 +55,7 @@ def output_views(partition_keys: Sequence[str] | None) -> dict[str, tuple[str, s
     views: dict[str, tuple[str, str | tuple[str, ...]]] = {}
     for name, (rel_dir, pattern) in OUTPUT_VIEWS.items():
         if name in PER_SOURCE_VIEWS:
-            views[name] = (rel_dir, tuple(pattern.replace("*/", f"{key}/", 1) for key in partition_keys))
+            views[name] = (rel_dir, key_globs(partition_keys, pattern.removeprefix("*/")))
         else:
             views[name] = (rel_dir, pattern)
     return views

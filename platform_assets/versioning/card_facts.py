@@ -25,7 +25,7 @@ from platform_assets.ingest.file_partitions import partition_keys, source_partit
 from platform_assets.ingest.settings import SourceConfigType
 from platform_assets.layout import asset_dir
 from platform_assets.manifest_file import parse_manifest
-from platform_assets.query import output_dataset
+from platform_assets.query import key_globs, output_dataset
 from platform_assets.splits.assignment import SPLIT_NAMES
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.storage import Storage
@@ -164,9 +164,9 @@ class CardFacts:
 
 
 # -- reading outputs ----------------------------------------------------------------------------------
-def _rows(storage: Storage, rel_dirs: Sequence[str], pattern: str) -> int:
-    datasets = [output_dataset(storage, rel, pattern) for rel in rel_dirs]
-    return sum(ds.count_rows() for ds in datasets if ds is not None)  # from the Parquet footers
+def _rows(storage: Storage, rel_dir: str, patterns: Sequence[str]) -> int:
+    ds = output_dataset(storage, rel_dir, patterns)
+    return 0 if ds is None else ds.count_rows()  # from the Parquet footers
 
 
 def _grouped(storage: Storage, rel_dir: str, pattern: str, columns: Sequence[str]) -> dict[tuple, int]:
@@ -302,15 +302,15 @@ def gather_card_facts(storage: Storage, record: Mapping[str, Any], *, sources: S
     for src in sources:
         # a source split into file partitions (`file_partitions`) is one output folder per key
         keys = [part.key for part in source_partitions_of(src)]
-        raw_rels = [asset_dir("raw_documents", key) for key in keys]
-        clean_rels = [asset_dir("cleaned_documents", key) for key in keys]
+        raw_rel, clean_rel = "raw_documents", "cleaned_documents"  # the asset folders, a key's below each
         media = getattr(src, "media", None)
         found = licenses.get(src.name) or {src.license}
         source_facts.append(SourceFacts(
             src.name, f"{src.format} ({', '.join(media)})" if media else src.format,
             tuple(sorted(found, key=lambda v: (v is None, v or ""))),
-            _rows(storage, raw_rels, PART_GLOB), _rows(storage, raw_rels, QUARANTINE_FILE),
-            _rows(storage, clean_rels, PART_GLOB), kept.get(src.name, 0)))
+            _rows(storage, raw_rel, key_globs(keys, PART_GLOB)),
+            _rows(storage, raw_rel, key_globs(keys, QUARANTINE_FILE)),
+            _rows(storage, clean_rel, key_globs(keys, PART_GLOB)), kept.get(src.name, 0)))
 
     formats = _formats(storage, shards_rel)
     index = _first_index(storage, shards_rel, formats)

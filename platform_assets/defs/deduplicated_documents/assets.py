@@ -10,6 +10,7 @@ from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, eva
 from platform_assets.defs.metadata import arrow_table, counts_table
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
+from platform_assets.query import key_globs
 from platform_assets.spot_checks import spot_check, to_markdown
 
 UPSTREAM = "cleaned_documents"
@@ -71,7 +72,7 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
     }
     # 3 removed documents a rule, with the cleaned text dedup compared: a spot check in the UI
     sample = spot_check(storage, n=30, per_rule=3, stages=("dedup_exclusions",), views={
-        "cleaned_documents": (UPSTREAM, tuple(f"{k}/{PART_GLOB}" for k in cfg.partition_keys())),
+        "cleaned_documents": (UPSTREAM, key_globs(cfg.partition_keys(), PART_GLOB)),
         "dedup_exclusions": (rel, EXCLUSIONS_FILE)})
     metadata["spot_checks"] = dg.MetadataValue.md(to_markdown(sample) if sample else "nothing removed")
     kept = spot_check(storage, n=10, kept=True, kept_view="deduplicated_documents",
