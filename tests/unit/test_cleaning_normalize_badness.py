@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import random
 import re._constants as c
-import re._parser as sre_parse
 
-from ftfy.badness import BADNESS_RE, is_bad
+from ftfy.badness import is_bad
 
 from platform_assets.cleaning import normalize
-from platform_assets.cleaning.normalize import _is_bad
+from platform_assets.cleaning.normalize import _BADNESS_RADIUS, _badness_alternatives, _is_bad
 
 _CONTEXT = list("abc xyz.,\n\t1A") + ["é", "ł", "В", "ж", "”", "«", "—", "\u00a0", "中"]
 
@@ -59,7 +58,7 @@ def test_the_anchor_search_is_in_use():
 
 
 def test_every_alternative_is_found_wherever_it_sits():
-    (_, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
+    branches = _badness_alternatives()
     rng = random.Random(13)
     found = 0
     for branch in branches:
@@ -73,15 +72,27 @@ def test_every_alternative_is_found_wherever_it_sits():
     assert found > 40 * len(branches)  # most samples do match: the alternatives were exercised
 
 
-def test_random_mixtures_of_the_patterns_characters():
-    (_, (_, branches)), = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags)
-    alphabet = sorted({ch for branch in branches for op, av in branch if op in (c.LITERAL, c.IN)
-                       for ch in _choices(op, av)})
-    rng = random.Random(14)
+def _agreements(rng: random.Random, rare: list[str], common: list[str], share: float, max_len: int) -> int:
+    """20,000 random texts of up to `max_len` characters, each `share` of them from `rare`: _is_bad
+    answers as is_bad on every one; how many are bad."""
     found = 0
     for _ in range(20000):
-        text = "".join(rng.choice(alphabet) if rng.random() < 0.3 else rng.choice(_CONTEXT)
-                       for _ in range(rng.randint(0, 40)))
+        text = "".join(rng.choice(rare) if rng.random() < share else rng.choice(common)
+                       for _ in range(rng.randint(0, max_len)))
         assert _is_bad(text) == is_bad(text), repr(text)
         found += is_bad(text)
-    assert 1000 < found < 19000
+    return found
+
+
+def test_random_mixtures_of_the_patterns_characters():
+    alphabet = sorted({ch for branch in _badness_alternatives() for op, av in branch if op in (c.LITERAL, c.IN)
+                       for ch in _choices(op, av)})
+    assert 1000 < _agreements(random.Random(14), alphabet, _CONTEXT, 0.3, 40) < 19000
+
+
+def test_mojibake_text_and_ascii_mixtures():
+    # ftfy's BADNESS_RE has the shape the windowed search needs (else normalize falls back to is_bad)
+    assert _BADNESS_RADIUS is not None and 2 <= _BADNESS_RADIUS <= 10
+    other = [*"ÃÂâ€œ™ÐÎØÙàéÅ×²³√≈‚ÄВГРСЂўЂ°µ¢£ŸŠ®Œœ\xa0\xad", "ГўВЂВ", "Ã ", "\x85", "Ã©", "â€™"]
+    found = _agreements(random.Random(10), other, list("abcxyz .,?!\n\t1A"), 0.06, 60)
+    assert 2000 < found < 18000  # both answers well represented
