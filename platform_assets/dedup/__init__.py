@@ -13,5 +13,7 @@ shingle hashing), minhash (signatures), lsh_index (datasketch MinHashLSH), simha
 method: fingerprints, block tables, its greedy pass), exact (normalised-text
 hash + Arrow group-by), keep_policy (total order of documents), near_dedup (greedy LSH pass),
 image_near (phash band index + greedy pass), clusters (union-find, reports), signature_store (the
-accepted-signature artifact), deduplicator (the stage).
+accepted-signature artifact), document_keys (what the global pass needs of each document, computed
+per batch), signature_partition (those keys stored per cleaned partition: `dedup_signatures`),
+deduplicator (the global decisions), stage (over stored outputs).
 """

@@ -66,10 +66,14 @@ class ShingleSpill:
         self._cache: dict[int, np.ndarray] = {}
 
     def add(self, batch: ShingleBatch) -> None:
-        (batch.hashes >> np.uint64(32)).astype("<u4").tofile(self._file)
-        self._offsets.append(batch.offsets[1:] + self._end)
-        self._end += int(batch.offsets[-1])
-        self._n_docs += batch.n_docs
+        self.add_top32((batch.hashes >> np.uint64(32)).astype(np.uint32), batch.offsets)
+
+    def add_top32(self, values: np.ndarray, offsets: np.ndarray) -> None:
+        """As ShingleStore.add_top32: documents' top-32-bit hashes in CSR form, offsets from 0."""
+        values.astype("<u4", copy=False).tofile(self._file)
+        self._offsets.append(offsets[1:] + self._end)
+        self._end += int(offsets[-1])
+        self._n_docs += len(offsets) - 1
 
     def __len__(self) -> int:
         return self._n_docs

@@ -2,11 +2,13 @@
 
     dedup = Deduplicator(settings, accepted=None)      # or the previous run's AcceptedSignatures
     for batch in batches_of_all_cleaned_partitions:    # pass 1: ~600 B kept per document
-        dedup.add_batch(batch)
+        dedup.add_batch(batch)                         # or .add_keys(stored keys): document_keys.py
     result = dedup.finish()
     for batch in the_same_batches:                     # pass 2: any order, any batching
         kept, excluded = result.filter_batch(batch)
 
+The per-document work (shingles, signatures, exact keys, keep-policy values) is DocumentKeyer's,
+pure per batch; this object holds what the global decisions need and makes them in `finish()`.
 Memory is bounded by the batch for text and by ~600 bytes per document otherwise (id, source, text
 hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify: exact`, plus 16
 bytes per image document (its phash and row number) for perceptual-hash dedup (image_near.py).
@@ -27,12 +29,11 @@ from platform_assets.contracts import DEFAULT_IO
 from platform_assets.dedup.band_buckets import BandBuckets, BucketedNearDedup, ShingleSpill, SpillDir
 from platform_assets.dedup.batch_slices import text_row_slices
 from platform_assets.dedup.clusters import UnionFind
+from platform_assets.dedup.document_keys import DocumentKeyer, shingle_lists, signature_matrix
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
-from platform_assets.dedup.image_near import image_phashes, near_duplicate_links, similarity
-from platform_assets.dedup.keep_policy import priority_order, priority_values, ranks
-from platform_assets.dedup.keys import exact_keys, near_dedup_texts
+from platform_assets.dedup.image_near import near_duplicate_links, similarity
+from platform_assets.dedup.keep_policy import priority_order, ranks
 from platform_assets.dedup.lsh_shape import lsh_shape
-from platform_assets.dedup.minhash import EMPTY, MinHasher
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
 from platform_assets.dedup.result import (  # re-exported: callers import them from here
     DECISIONS_SCHEMA,
@@ -46,17 +47,16 @@ from platform_assets.dedup.result import (  # re-exported: callers import them f
     DedupResult,
 )
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.dedup.shingles import compute_in_slices, shingle_hashes
 from platform_assets.dedup.signature_store import AcceptedSignatures
-from platform_assets.dedup.simhash import SimHasher, signature_words, simhash_near_pass
+from platform_assets.dedup.simhash import simhash_near_pass
 
 
 class Deduplicator:
     def __init__(self, settings: DedupSettings, accepted: AcceptedSignatures | None = None):
         self.settings = settings
         near = settings.near
-        self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
-        self.simhasher = SimHasher(near.seed) if near.method == "simhash" else None
+        self.keyer = DocumentKeyer(settings)
+        self.minhasher, self.simhasher = self.keyer.minhasher, self.keyer.simhasher
         self._width = near.signature_width()  # MinHash slots, or a SimHash fingerprint's 2 words
         self.prior = accepted if accepted is not None else AcceptedSignatures.empty(self._width)
         self._ids: list[pa.Array] = []
@@ -84,46 +84,39 @@ class Deduplicator:
         self._phashes: list[np.ndarray] = []
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Documents (the cleaned documents schema): their keys computed here, from the text."""
         self._check_open()
         for piece in text_row_slices(batch, self.settings.slice_bytes):  # same arrays as the whole batch
-            self._add_slice(piece)
+            if piece.num_rows:
+                self.add_keys(self.keyer.keys(piece, self._rows))
 
-    def _add_slice(self, batch: pa.RecordBatch | pa.Table) -> None:
-        s = self.settings
-        n = batch.num_rows
+    def add_keys(self, keys: pa.RecordBatch | pa.Table) -> None:
+        """Documents as their keys (document_keys.py), computed by `add_batch` or stored by
+        `dedup_signatures`: the decisions are the same either way, for any batching."""
+        self._check_open()
+        n = keys.num_rows
         if n == 0:
             return
-        self._ids.append(_plain(batch.column("id"), pa.string()))
-        self._sources.append(_plain(batch.column("source"), pa.string()))
-        self._prio.append(priority_values(batch, s.keep, s.quality_column))
-        if s.exact.enabled:
-            self._hashes.append(exact_keys(batch, s.exact))
-        else:
-            self._hashes.append(pa.nulls(n, TEXT_HASH_TYPE))
+        self._ids.append(_plain(keys.column("id"), pa.string()))
+        self._sources.append(_plain(keys.column("source"), pa.string()))
+        self._prio.append(_plain(keys.column("priority"), pa.float64()))
+        self._hashes.append(_plain(keys.column("text_hash"), TEXT_HASH_TYPE))
         # kept even when dedup.images is off: the accepted artifact carries them for a later run
-        rows, phashes = image_phashes(batch)
-        if len(rows):
-            self._image_rows.append(rows + self._rows)
-            self._phashes.append(phashes)
+        phash = _plain(keys.column("phash"), pa.uint64())
+        if phash.null_count < n:
+            rows = np.flatnonzero(phash.is_valid().to_numpy(zero_copy_only=False))
+            self._image_rows.append(rows.astype(np.int64) + self._rows)
+            self._phashes.append(phash.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)[rows])
+        first = len(self.prior) + self._rows  # global number of the batch's first document
         self._rows += n
-        if not s.near.enabled:
-            self._sigs.append(np.full((n, self._width), EMPTY, np.uint32))
-            self._n_shingles.append(np.zeros(n, np.int32))
-            return
-        text = near_dedup_texts(batch)
-        first = len(self.prior) + self._rows - n  # global number of the batch's first document
-        for a, b in compute_in_slices(text):
-            shingles = shingle_hashes(text[a:b], s.near.shingles)
-            if self.simhasher is not None:
-                sigs = signature_words(self.simhasher.fingerprints(shingles))
-            else:
-                sigs = self.minhasher.signatures(shingles)
-            self._sigs.append(sigs)
-            self._n_shingles.append(shingles.counts.astype(np.int32))
-            if self._store is not None:
-                self._store.add(shingles)
-            if self._buckets is not None:
-                self._buckets.add(first + a, sigs, shingles.counts > 0)
+        sigs = signature_matrix(keys, self._width)
+        n_sh = keys.column("n_shingles").to_numpy(zero_copy_only=False).astype(np.int32)
+        self._sigs.append(sigs)
+        self._n_shingles.append(n_sh)
+        if self._store is not None:
+            self._store.add_top32(*shingle_lists(keys))
+        if self._buckets is not None:
+            self._buckets.add(first, sigs, n_sh > 0)
 
     def finish(self) -> DedupResult:
         self._check_open()

@@ -49,10 +49,15 @@ class ShingleStore:
         self._cache: dict[int, np.ndarray] = {}
 
     def add(self, batch: ShingleBatch) -> None:
-        self._hashes.append((batch.hashes >> np.uint64(32)).astype(np.uint32))
-        self._offsets.append(batch.offsets)
+        self.add_top32((batch.hashes >> np.uint64(32)).astype(np.uint32), batch.offsets)
+
+    def add_top32(self, values: np.ndarray, offsets: np.ndarray) -> None:
+        """Documents whose top-32-bit shingle hashes are values[offsets[i]:offsets[i + 1]] (any order,
+        repeats allowed: `get` takes the set), e.g. the `shingles` of stored document keys."""
+        self._hashes.append(values.astype(np.uint32, copy=False))
+        self._offsets.append(offsets)
         self._first_doc.append(self._n_docs)
-        self._n_docs += batch.n_docs
+        self._n_docs += len(offsets) - 1
 
     def __len__(self) -> int:
         return self._n_docs

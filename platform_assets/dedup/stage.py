@@ -2,8 +2,11 @@
 image phash), write the kept documents with their cluster ids, the exclusions, the duplicates table
 and the signature artifact.
 
-Two passes over the input (the second streams text again instead of holding it: memory stays at
-~600 B per document plus one batch). In incremental mode the previous output is the starting point:
+Two passes over the input. The first feeds every document's keys to the global decisions: the keys
+`dedup_signatures` stored per cleaned partition (signature_partition.py; the asset's path: shingling
+and MinHash ran per source, in parallel), or keys computed here from the text (the library path).
+The second streams the cleaned text again to write the kept documents instead of holding it: memory
+stays at ~600 B per document plus one batch. In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
 documents seen before (accepted or excluded) are not fed again, and only new documents are
 deduplicated, against everything accepted so far.
@@ -28,8 +31,8 @@ from platform_assets.contracts import (
     schema_tag,
 )
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
-from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.dedup.signature_partition import check_signature_partitions, dedup_input_columns
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.heap import fix_mmap_threshold
 from platform_assets.output_lock import BasedOn
@@ -60,15 +63,6 @@ class DedupStageResult(StageResult):
                    else {})}
 
 
-def _input_columns(schema: pa.Schema, settings: DedupSettings) -> list[str]:
-    wanted = ["id", "source", "text", "modality", "media", "ingested_at"]
-    if settings.quality_column:
-        wanted.append(settings.quality_column.split(".")[0])
-    columns = [c for c in wanted if c in schema.names]
-    # the items' hashes only: their bytes would make a batch of 8k images 800 MB
-    return [k for c in columns for k in (MEDIA_KEY_COLUMNS if c == "media" else (c,))]
-
-
 def _previous_exclusions(table: pa.Table) -> pa.Table:
     """Exclusions an earlier run committed, in today's schema. Before the shared exclusions schema
     (no tag), `value` was the similarity as a float64 and there were no `bytes`/`similarity` columns."""
@@ -88,7 +82,15 @@ def deduplicate_outputs(
     out_rel: str,
     settings: DedupSettings,
     io: IOSettings = DEFAULT_IO,
+    signature_dirs: list[str] | None = None,
 ) -> DedupStageResult:
+    """Deduplicate the cleaned outputs `input_dirs` into `out_rel`.
+
+    signature_dirs: the stored keys of each input (`dedup_signatures`, signature_partition.py), in
+    the same order: the first pass reads them instead of the text (refused, by name, when one is
+    missing or stale). None: the keys are computed here from the text (the library path; the same
+    decisions and bytes).
+    """
     fix_mmap_threshold(settings.malloc_mmap_threshold)  # freed batch temporaries leave RSS (heap.py)
     inputs = [TableSource(storage, d, io) for d in input_dirs]
     schemas = [(i.rel, i.schema) for i in inputs if i.schema is not None]
@@ -116,7 +118,13 @@ def deduplicate_outputs(
     # the first pass's decisions do not depend on its batching (any order, any batching), so it reads
     # batches of `dedup.slice_bytes`; the write pass keeps `io.batch_bytes` (one row group per batch)
     key_io = io.model_copy(update={"batch_bytes": min(io.batch_bytes, settings.slice_bytes)})
-    key_inputs = [TableSource(storage, d, key_io) for d in input_dirs]
+    if signature_dirs is not None:
+        if len(signature_dirs) != len(input_dirs):
+            raise ValueError(f"{len(signature_dirs)} signature outputs for {len(input_dirs)} inputs")
+        check_signature_partitions(storage, list(zip(input_dirs, signature_dirs, strict=True)), settings)
+        key_inputs = [TableSource(storage, d, key_io) for d in signature_dirs]
+    else:
+        key_inputs = [TableSource(storage, d, key_io) for d in input_dirs]
 
     def new_batches(columns: list[str] | None, sources: list[TableSource] = inputs) -> Iterator[pa.RecordBatch]:
         for source in sources:
@@ -130,10 +138,15 @@ def deduplicate_outputs(
     rows_in = 0
     # in incremental mode the rows seen before are skipped, so the footers' total would overstate
     total = None if seen is not None else sum(i.num_rows for i in inputs)
-    for batch in tracked_batches(new_batches(_input_columns(schema, settings), key_inputs), "signatures",
-                                 total):
-        rows_in += batch.num_rows
-        dedup.add_batch(batch)
+    if signature_dirs is not None:
+        for keys in tracked_batches(new_batches(None, key_inputs), "decisions", total):
+            rows_in += keys.num_rows
+            dedup.add_keys(keys)
+    else:
+        for batch in tracked_batches(new_batches(dedup_input_columns(schema, settings), key_inputs), "signatures",
+                                     total):
+            rows_in += batch.num_rows
+            dedup.add_batch(batch)
     result = dedup.finish()
 
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
