@@ -9,8 +9,8 @@ from platform_assets.cleaning import (
     stage,  # noqa: F401 - the module a worker runs
 )
 from platform_assets.cleaning.language_id import preload_model
-from platform_assets.cleaning.quality import array_vocab, kernels, line_stats
+from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels
 
-for _module in (kernels, line_stats, array_vocab, language_kernels, language_script, normalize):
+for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize):
     _module.load()
 preload_model()

@@ -1,5 +1,5 @@
 """Gopher repetition filter (Rae et al. 2021, table A1; numbers in presets.GOPHER_REPETITION): duplicate
-lines and paragraphs, top and duplicate n-gram character fractions (n-grams: kernels.ngram_check_values,
+lines and paragraphs, top and duplicate n-gram character fractions (n-grams: ngram_kernels.ngram_check_values,
 one compiled call per document, defined by and tested against ngrams.py)."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class GopherRepetition(RuleSet):
         if view.n_tokens < 2 or not self._max_n:
             return None
         # numba takes ~0.15 s to import: only where the rules run, not wherever the settings are read
-        from platform_assets.cleaning.quality.kernels import NO_VALUE, ngram_check_values
+        from platform_assets.cleaning.quality.ngram_kernels import NO_VALUE, ngram_check_values
 
         vocab = view.vocab
         # Every n-gram check in datatrove's order, in one compiled call: values up to the first check

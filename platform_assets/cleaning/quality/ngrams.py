@@ -3,7 +3,7 @@
 N-grams are numbered exactly (no hashing) by sorting packed int64 keys; level n only looks at the
 positions where level n-1 repeats (a few percent of the positions by n = 5 in prose); the duplicate
 n-gram walk visits only positions whose n-gram occurred before. GopherRepetition runs the same levels,
-bounds and walks compiled, one call per document (kernels.ngram_check_values: these took ~0.9 of the
+bounds and walks compiled, one call per document (ngram_kernels.ngram_check_values: these took ~0.9 of the
 1.9 CPU-s quality spent in benchmarks/cleaning_stage.py, ~25 numpy calls per level); the tests check
 the semantics here and the kernel against them.
 """

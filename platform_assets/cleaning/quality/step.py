@@ -46,9 +46,15 @@ class QualityStep(DocumentStep):
         super().__init__(on_error=on_error)
         self.rule_sets = [r if isinstance(r, RuleSet) else rule_set(r) for r in rule_sets]
         self.reads_meta = any(r.reads_meta for r in self.rule_sets)
-        from platform_assets.cleaning.quality import array_vocab, kernels, line_stats  # numba: where rules run
+        from platform_assets.cleaning.quality import (  # numba: where rules run
+            array_vocab,
+            kernels,
+            line_stats,
+            ngram_kernels,
+        )
 
         kernels.load()  # once per process, here rather than in the first document's time
+        ngram_kernels.load()
         line_stats.load()
         array_vocab.load()
 
