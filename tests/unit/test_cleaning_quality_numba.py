@@ -30,6 +30,7 @@ from platform_assets.cleaning.quality.ngrams import (
     union_bound,
 )
 from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
+from platform_assets.cleaning.steps import Drop
 
 ADVERSARIAL_TEXTS = [
     "", "a", " ", "é", "'", ".", "-", "\n", " \t\n\r\x0b\x0c " * 300, "\u3000\xa0 " * 400,
@@ -222,7 +223,10 @@ def test_c4_compiled_lines_equal_the_line_loop():
     rng = random.Random(17)
     pieces = ["The cat sat on the mat", "one two", "a", " ", "\t", "\n", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c",
               "\x85", "\u2028", "\u2029", "\xa0", ".", "!", "?", "…", "...", ".)", "!\"", "’", "”", "]", "é",
-              "x" * 30, "end. Next", "Hi! There? Yes… ok", "é. È", "\u3000", "a.b c"]
+              "x" * 30, "end. Next", "Hi! There? Yes… ok", "é. È", "\u3000", "a.b c",
+              # citations (removed from kept lines, which may end or join sentences) and curly brackets
+              # (the first kept line holding one drops the page), read off the compiled pass's lines
+              "[1]", "[edit]", "[]", "[citation needed]", ".[2] Then", "[", "{", "f(x) { y", "a b {"]
     settings = [C4Settings(filter_no_terminal_punct=False, languages=None),
                 C4Settings(filter_no_terminal_punct=False, max_word_length=20, languages=None),
                 C4Settings(filter_no_terminal_punct=False, min_words_per_line=None, languages=None),
@@ -230,17 +234,24 @@ def test_c4_compiled_lines_equal_the_line_loop():
                            languages=None)]
     texts = ["", "\n", "a\n", "\r\n", "a b c.\r\nd e f. g", "a b c\n", "  a b c  \n\n d e f "]
     texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 25))) for _ in range(4000)]
-    compiled_runs = 0
+    compiled_runs = compiled_marked = 0
+    outcomes: Counter[str] = Counter()
     for text in texts:
         for s in settings:
             fast, slow = C4(s), C4(s)
             slow.fast_lines = False
             c1, c2 = Counter(), Counter()
             view = TextView(text)
-            assert fast.check(view, c1) == slow.check(TextView(text), c2), (repr(text), s)
+            outcome = fast.check(view, c1)
+            assert outcome == slow.check(TextView(text), c2), (repr(text), s)
             assert c1 == c2, repr(text)
-            compiled_runs += "code_points" in view.__dict__
-    assert compiled_runs > 10000  # the compiled pass ran (texts without "[", "{" or a C4 phrase)
+            compiled = "code_points" in view.__dict__
+            compiled_runs += compiled
+            compiled_marked += compiled and ("[" in text or "{" in text)
+            outcomes[type(outcome).__name__ if not isinstance(outcome, Drop) else outcome.rule] += compiled
+    assert compiled_runs > 10000  # the compiled pass ran (texts without a C4 phrase)
+    assert compiled_marked > 5000  # ... on texts with citations or curly brackets too
+    assert outcomes["c4.curly_bracket"] > 500 and outcomes["str"] > 1000, outcomes  # drops and rewrites
 
 
 def test_bullet_and_ellipsis_lines_equal_the_string_tests():
