@@ -4,7 +4,7 @@ sample     write the sample corpus that configs/sample.yaml reads
 validate   check a pipeline config (keys, types, source paths)
 run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
            dagster_home/), so the runs show up in the web UI: ingest and clean every configured
-           source (one run per source partition), then deduplicate, split, tokenize and pack
+           source and compute its dedup keys (one run per source partition), then deduplicate, split, tokenize and pack
            (corpus_job), record the shards as a DVC version (release_job) and train on it
            (training_job); `--until` stops after a stage
 query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
@@ -113,10 +113,12 @@ def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names
 
     failed = []
     print(f"{'source':<16} {'status':<8} {'raw':>7} {'quarantined':>12} {'cleaned':>8}  checks")
-    only_raw = {"asset_selection": [dg.AssetKey("raw_documents")]} if args.until == "raw_documents" else {}
+    # --until a per-source asset: that asset and what it needs of the per-source chain
+    chain = PER_SOURCE_CHAIN[: PER_SOURCE_CHAIN.index(args.until) + 1] if args.until in PER_SOURCE_CHAIN else None
+    only_until = {"asset_selection": [dg.AssetKey(a) for a in chain]} if chain and chain != PER_SOURCE_CHAIN else {}
     for name in names:
         result = per_source.execute_in_process(partition_key=name, instance=instance, raise_on_error=False,
-                                               run_config=logs, **only_raw)
+                                               run_config=logs, **only_until)
         rows = _metadata(result, "raw_documents", "rows")
         cleaned = _metadata(result, "cleaned_documents", "rows")
         quarantined = _metadata(result, "raw_documents", "quarantined")
@@ -140,7 +142,9 @@ GLOBAL_JOBS = (
     ("release_job", ("dataset_version",)),
     ("training_job", ("training_run",)),
 )
-UNTIL_CHOICES = ("raw_documents", "cleaned_documents", *(a for _, assets in GLOBAL_JOBS for a in assets))
+# per_source_job's assets in order: dedup_signatures (each partition's dedup keys) runs with its source
+PER_SOURCE_CHAIN = ("raw_documents", "cleaned_documents", "dedup_signatures")
+UNTIL_CHOICES = (*PER_SOURCE_CHAIN, *(a for _, assets in GLOBAL_JOBS for a in assets))
 WHOLE_JOB = frozenset({"packed_shards"})
 
 
@@ -197,7 +201,7 @@ def _job_runs(job: str, more_run_configs: list[str]) -> list[tuple[str, dict]]:
 
 def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None,
                      more_run_configs: tuple[str, ...] | list[str] = ()) -> list[str]:
-    if until in ("raw_documents", "cleaned_documents"):
+    if until in PER_SOURCE_CHAIN:
         return []
     for job, assets in GLOBAL_JOBS:
         selection = _until_selection(definitions, assets, until)

@@ -10,7 +10,9 @@ import yaml
 
 from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.defs.dataset_splits.assets import dataset_splits
+from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
+from platform_assets.defs.raw_documents.partitions import source_partitions
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.schema import DOCUMENTS_SCHEMA, document_id
 from platform_assets.splits.stage import split_outputs
@@ -148,9 +150,26 @@ def pipeline(corpus):
     return PipelineResource(config_path=str(tmp / "p.yaml"))
 
 
+def _signatures(pipeline, instance, keys=("web", "forum")) -> list[dg.AssetCheckEvaluation]:
+    """dedup_signatures of each source partition, as the per-source runs leave them."""
+    instance.add_dynamic_partitions(source_partitions.name, list(keys))
+    evaluations = []
+    for key in keys:
+        result = dg.materialize([dedup_signatures], partition_key=key, instance=instance,
+                                resources={"pipeline": pipeline}, raise_on_error=False)
+        assert result.success, key
+        evaluations += result.get_asset_check_evaluations()
+    return evaluations
+
+
 def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
-    result = dg.materialize([deduplicated_documents, dataset_splits], resources={"pipeline": pipeline})
+    with dg.instance_for_test() as instance:
+        covered = _signatures(pipeline, instance)
+        result = dg.materialize([deduplicated_documents, dataset_splits], instance=instance,
+                                resources={"pipeline": pipeline})
     assert result.success
+    assert [(e.check_name, e.passed, e.metadata["cleaned_rows"].value) for e in covered] == [
+        ("signatures_cover_cleaned", True, 42), ("signatures_cover_cleaned", True, 22)]
     md = result.asset_materializations_for_node("deduplicated_documents")[0].metadata
     assert (md["documents_in"].value, md["rows"].value, md["removed_exact"].value, md["removed_near"].value) == (
         64,
@@ -198,6 +217,54 @@ def test_leak_check_blocks_a_planted_leak(pipeline, corpus):
     assert leak.passed is False
     assert leak.metadata["exact_leaking_groups"].value >= 1
     assert ids["web"][0] in leak.metadata["examples"].value
+
+
+def _failure(result) -> str:
+    assert not result.success
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]  # not retried
+    return next(e for e in result.all_events
+                if e.event_type_value == "STEP_FAILURE").event_specific_data.user_failure_data.description
+
+
+def test_missing_or_stale_signature_partition_is_a_clear_failure(pipeline, corpus):
+    tmp, _ = corpus
+    with dg.instance_for_test() as instance:
+        _signatures(pipeline, instance, keys=("web",))
+        run = lambda: dg.materialize([deduplicated_documents], instance=instance,  # noqa: E731
+                                     resources={"pipeline": pipeline}, raise_on_error=False)
+        assert "dedup signatures not usable for: forum (missing)" in _failure(run())
+        _signatures(pipeline, instance, keys=("forum",))
+        assert run().success
+        _write_docs(tmp / "out", "forum", ["the forum cleaned again: " + _essay(random.Random(1))])
+        assert "for: forum (stale (computed from another version of cleaned_documents/forum))" in _failure(run())
+        covered = _signatures(pipeline, instance, keys=("forum",))
+        assert covered[0].passed and covered[0].metadata["cleaned_rows"].value == 1
+        assert run().success
+
+
+def test_cover_check_fails_for_keys_of_other_documents(corpus):
+    from platform_assets.contracts import IOSettings
+    from platform_assets.dedup.settings import DedupSettings
+    from platform_assets.dedup.signature_partition import write_signature_partition
+    from platform_assets.defs.dedup_signatures.checks import evaluate_signature_checks
+
+    st = Storage(str(corpus[0] / "out"))
+    write_signature_partition(st, "cleaned_documents/forum", "keys/forum", DedupSettings())
+    [own] = evaluate_signature_checks(st, "cleaned_documents/forum", "keys/forum", IOSettings())
+    [other] = evaluate_signature_checks(st, "cleaned_documents/web", "keys/forum", IOSettings())
+    assert own.passed and not other.passed
+    assert (other.metadata["cleaned_rows"].value, other.metadata["signature_rows"].value) == (42, 22)
+
+
+def test_signatures_of_a_missing_cleaned_partition_fail_by_name(pipeline, corpus):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(source_partitions.name, ["books"])
+        cfg = yaml.safe_load((corpus[0] / "p.yaml").read_text())
+        cfg["sources"].append({"name": "books", "format": "jsonl", "path": "x"})
+        (corpus[0] / "p.yaml").write_text(yaml.safe_dump(cfg))
+        result = dg.materialize([dedup_signatures], partition_key="books", instance=instance,
+                                resources={"pipeline": pipeline}, raise_on_error=False)
+        assert "cleaned_documents has no documents for: books" in _failure(result)
 
 
 def test_missing_upstream_partition_is_a_clear_failure(pipeline, corpus):

@@ -4,7 +4,9 @@ re-pack without retraining, retrain on the same version without re-versioning.""
 
 import dagster as dg
 
-PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents", "cleaned_documents")
+# dedup_signatures is per source too: the file sensor and the daily schedule request this job, so a
+# source's dedup keys are recomputed whenever its cleaned partition is
+PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents", "cleaned_documents", "dedup_signatures")
 CORPUS_ASSETS = dg.AssetSelection.assets(
     "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards", "media_shards")
 RELEASE_ASSETS = dg.AssetSelection.assets("dataset_version")
@@ -13,7 +15,7 @@ TRAINING_ASSETS = dg.AssetSelection.assets("training_run")
 per_source_job = dg.define_asset_job(
     "per_source_job",
     selection=PER_SOURCE_ASSETS,  # partitioned by source, like the assets it selects
-    description="Ingest and clean one source partition.",
+    description="Ingest and clean one source partition, and compute its documents' dedup keys.",
 )
 
 corpus_job = dg.define_asset_job(
