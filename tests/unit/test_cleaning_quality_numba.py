@@ -89,6 +89,23 @@ def test_repeated_lines_and_paragraphs_equal_the_string_splits():
             assert view.repeated_pieces(paragraphs) == (len(expected), *duplicates(expected)), (paragraphs, repr(text))
 
 
+def test_repeated_ranges_tell_apart_lines_with_the_same_length_and_edges():
+    # kernels.repeated_ranges hashes whole lines only where the length and the first and last 4
+    # characters are shared: lines that differ only inside (or are equal) must still be counted exactly
+    rng = random.Random(12)
+    middles = ["", "x", "y", "xy", "yx", "é", "ж", "中", "\u3000"]
+    for _ in range(3000):
+        edge = rng.choice(["abcd", "ab", "", "éééé", "中中"])
+        lines = [edge + rng.choice(middles) * rng.randint(0, 3) + edge[::-1] for _ in range(rng.randint(1, 40))]
+        text = "\n".join(lines)
+        expected = split_lines(text)
+        assert TextView(text).repeated_pieces(False) == (len(expected), *duplicates(expected)), repr(text)
+    for lines in (["abcd1234wxyz", "abcd5678wxyz", "abcd1234wxyz"], ["abcdXwxyz"] * 3 + ["abcdYwxyz"]):
+        text = "\n".join(lines)
+        assert TextView(text).repeated_pieces(False) == (len(lines), len(lines) - 2,
+                                                         sum(map(len, lines)) - sum(map(len, set(lines))))
+
+
 def _reference_check_values(vocab, checks: list[tuple[str, int, float]], n_chars: int) -> list[int | None]:
     """GopherRepetition's n-gram checks as written over ngrams.py before the kernel: the value of each
     check in order, up to the first that fires; a top check whose vocabulary bound (below) cannot pass

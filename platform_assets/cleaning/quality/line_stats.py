@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from platform_assets.cleaning.quality.kernels import compiled, number_ranges, same_run
+from platform_assets.cleaning.quality.kernels import compiled, repeated_ranges, same_run
 
 # Per code point: str.splitlines' line boundaries, the sentence-ending punctuation and the closing
 # quotes/brackets of c4._INNER_SENTENCE_END_RE ([.!?…] and ["'’”)\]])
@@ -228,8 +228,7 @@ def _nonblank_line_stats(chars, spaces, stop, short_length):
         if j >= size:
             break
         i = j + 1
-    _, first, n_distinct = number_ranges(chars, starts, ends, n)
-    return n, punctuated, short, _repeated_characters(starts, ends, first, n, n_distinct)
+    return n, punctuated, short, repeated_ranges(chars, starts, ends, n)[1]
 
 
 @compiled
@@ -265,16 +264,5 @@ def piece_duplicates(chars, spaces, min_newlines, strip):
         i = j
     starts[n], ends[n] = start, hi
     n += 1
-    _, first, n_distinct = number_ranges(chars, starts, ends, n)
-    return n, n - n_distinct, _repeated_characters(starts, ends, first, n, n_distinct)
-
-
-@compiled
-def _repeated_characters(starts, ends, first, n, n_distinct):
-    """Characters in the ranges that repeat an earlier one: every range's minus each distinct one's first."""
-    total = 0
-    for t in range(n):
-        total += ends[t] - starts[t]
-    for d in range(n_distinct):
-        total -= ends[first[d]] - starts[first[d]]
-    return total
+    repeated, repeated_chars = repeated_ranges(chars, starts, ends, n)
+    return n, repeated, repeated_chars
