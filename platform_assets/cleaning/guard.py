@@ -3,8 +3,8 @@
 Rules, first match wins: ``empty`` (no text, or only whitespace), ``too_large`` (more UTF-8 bytes
 than `max_bytes`: "52428800 > 4194304"), ``binary`` (share of control characters / U+FFFD in the
 first `binary_sample_chars` characters above `max_binary_ratio`). Only the sample is examined for
-`binary`, so a 50 MB one-line document costs the same as a 64 KB one; RE2 (Arrow's regex engine)
-never backtracks. Only text and HTML documents are judged (`modalities`); a caption-less image is
+`binary`, so a 50 MB one-line document costs the same as a 64 KB one (guard_scan.py counts it in one
+compiled pass over the column's bytes). Only text and HTML documents are judged (`modalities`); a caption-less image is
 counted as skipped, not removed as empty.
 """
 
@@ -15,11 +15,14 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.cleaning import guard_scan
+from platform_assets.cleaning.guard_scan import binary_sample_counts
 from platform_assets.cleaning.settings import GuardSettings
 from platform_assets.cleaning.steps import Step, StepResult, StepStats, assemble_result, fmt, text_bytes
 
-# C0 controls except tab, LF, FF, CR; DEL; U+FFFD (what a decoder leaves for undecodable bytes).
-_BINARY_CHARS_RE2 = r"[\x00-\x08\x0B\x0E-\x1F\x7F\x{FFFD}]"
+# C0 controls except tab, LF, FF, CR; DEL; U+FFFD (what a decoder leaves for undecodable bytes): the
+# characters guard_scan counts, and the class that defines them (the tests compare the two)
+BINARY_CHARS_RE2 = r"[\x00-\x08\x0B\x0E-\x1F\x7F\x{FFFD}]"
 
 
 class Guard(Step):
@@ -27,6 +30,7 @@ class Guard(Step):
 
     def __init__(self, settings: GuardSettings | None = None):
         self.settings = settings or GuardSettings()
+        guard_scan.load()  # the kernel from numba's cache here, not in the first batch
 
     def __call__(self, batch: pa.RecordBatch) -> StepResult:
         started = time.perf_counter()
@@ -34,16 +38,14 @@ class Guard(Step):
         text = batch.column("text")
         sizes = text_bytes(text)
         in_scope = self._in_scope(batch)
-        blank = pc.or_(pc.equal(pc.utf8_length(text), 0), pc.utf8_is_space(text)).to_pylist()
-        sample = pc.utf8_slice_codeunits(text, 0, s.binary_sample_chars)
-        bad = pc.count_substring_regex(sample, _BINARY_CHARS_RE2).to_pylist()
-        sampled = pc.utf8_length(sample).to_pylist()
+        spaces = pc.utf8_is_space(text).to_pylist()  # false for "": sizes say empty
+        bad, sampled = binary_sample_counts(text, s.binary_sample_chars)
         drops: list[tuple[int, str, str | None]] = []
         stats = StepStats(self.name)
         for i in range(batch.num_rows):
             if in_scope is not None and not in_scope[i]:
                 stats.skipped += 1
-            elif blank[i] is None or blank[i]:
+            elif spaces[i] is None or spaces[i] or not sizes[i]:
                 drops.append(
                     (i, self.rule("empty"), "null" if sizes[i] is None else f"{sizes[i]} bytes of whitespace")
                 )

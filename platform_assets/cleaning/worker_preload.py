@@ -3,6 +3,7 @@ modules, the compiled kernels loaded from numba's cache and py3langid's model, w
 has without loading them (a worker started with `spawn` paid ~1.4 CPU-s for them)."""
 
 from platform_assets.cleaning import (
+    guard_scan,
     language_kernels,
     language_script,
     normalize,
@@ -11,6 +12,7 @@ from platform_assets.cleaning import (
 from platform_assets.cleaning.language_id import preload_model
 from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels
 
-for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize):
+for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize,
+                guard_scan):
     _module.load()
 preload_model()
