@@ -21,10 +21,11 @@ import ipaddress
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import pyarrow as pa
 
+from platform_assets.cleaning import pii_digits
 from platform_assets.cleaning.settings import PII_TYPES, PiiSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -183,6 +184,13 @@ _HEADING_AFTER_RE = re.compile(r"\.\s")  # ". " or ".\u00a0" (DocBook puts a no-
 _HEADING_BEFORE_RE = re.compile(r"(?:^|\n|[.!?。：:]\s|\s\s)[^\S\n]*$")
 
 
+class DigitChain(NamedTuple):
+    """A detector's gate: the text holds pii_digits' chain of digits (`which`: 0 card, 1 phone), or the
+    pattern can find nothing it would replace."""
+
+    which: int
+
+
 class Redactor:
     """Replaces PII in a text; `redact(text, counters)` returns the new text and counts per type."""
 
@@ -193,11 +201,12 @@ class Redactor:
         enabled = set(s.types)
         detectors: list[
             tuple[str, re.Pattern[str], Callable[[re.Match[str]], bool] | None,
-                  tuple[str, ...] | re.Pattern[str] | None, int]
+                  tuple[str, ...] | re.Pattern[str] | DigitChain | None, int]
         ] = [
             # type, pattern, validator of the match (None: any), substrings one of which must be present
-            # (a C-speed `in` test that skips the regex on most texts) or a cheap pattern that must match, group
-            # redacted (0: the whole match; 1: the secret after its name)
+            # (a C-speed `in` test that skips the regex on most texts), a cheap pattern that must match or a
+            # chain of digits that must be there (pii_digits), group redacted (0: the whole match; 1: the
+            # secret after its name)
             ("PRIVATE_KEY", _PRIVATE_KEY_RE, None, ("PRIVATE KEY-----",), 0),
             ("BEARER_TOKEN", _BEARER_RE, None, ("earer", "EARER"), 1),
             ("JWT", _JWT_RE, None, ("eyJ",), 0),
@@ -206,12 +215,13 @@ class Redactor:
             ("GITHUB_TOKEN", _GITHUB_TOKEN_RE, None, None, 0),
             ("SLACK_TOKEN", _SLACK_TOKEN_RE, None, ("xox",), 0),
             ("EMAIL", _EMAIL_RE, None, ("@",), 0),
-            ("CREDIT_CARD", _CARD_RE, lambda m: is_card_number(m.group(0)), None, 0),
+            ("CREDIT_CARD", _CARD_RE, lambda m: is_card_number(m.group(0)), DigitChain(0), 0),
             ("IP_ADDRESS", _IPV4_RE, self._ip_ok, _IPV4_HINT_RE, 0),
             ("IP_ADDRESS", _IPV6_RE, self._ip_ok, _IPV6_HINT_RE, 0),
-            ("PHONE", _PHONE_RE, _phone_ok, None, 0),
+            ("PHONE", _PHONE_RE, _phone_ok, DigitChain(1), 0),
         ]
         self.detectors = [d for d in detectors if d[0] in enabled]
+        pii_digits.load()  # its tables and kernel here, not in the first document
 
     def _ip_ok(self, m: re.Match[str]) -> bool:
         try:
@@ -239,8 +249,14 @@ class Redactor:
 
     def redact(self, text: str, counters: Counter[str] | None = None) -> tuple[str, int]:
         total = 0
+        chains: tuple[str, tuple[bool, bool]] | None = None  # pii_digits' answer, and the text it is for
         for kind, pattern, valid, needles, group in self.detectors:
-            if needles is not None and not (
+            if isinstance(needles, DigitChain):
+                if chains is None or chains[0] is not text:  # a replacement before may have changed it
+                    chains = (text, pii_digits.digit_chains(text))
+                if not chains[1][needles.which]:
+                    continue
+            elif needles is not None and not (
                 needles.search(text) if isinstance(needles, re.Pattern) else any(x in text for x in needles)
             ):
                 continue

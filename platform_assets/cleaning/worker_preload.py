@@ -7,12 +7,13 @@ from platform_assets.cleaning import (
     language_kernels,
     language_script,
     normalize,
+    pii_digits,
     stage,  # noqa: F401 - the module a worker runs
 )
 from platform_assets.cleaning.language_id import preload_model
 from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels
 
 for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize,
-                guard_scan):
+                guard_scan, pii_digits):
     _module.load()
 preload_model()
