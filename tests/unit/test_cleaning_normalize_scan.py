@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from platform_assets.cleaning import normalize, normalize_scan
@@ -113,3 +114,25 @@ def test_building_the_step_loads_the_kernel_signature_it_uses():
     assert signatures
     normalize.normalize_text("Ã© caf\xe9\xa0\x85 \U0001F600", NormalizeSettings())
     assert len(kernel.signatures) == signatures  # nothing compiled in the first document
+
+
+def test_needs_line_strip_equals_the_substring_tests():
+    # the compiled pass against the substring tests it replaced in normalize._whitespace
+    rng = random.Random(13)
+    pieces = [" ", "\t", "\n", "\n\n", "a", "é", "中", "\U0001F600", "\ud800", "\r", "\xa0", " \t", "\u3000"]
+    texts = ["", " ", "\n", " \n", "\t\n", "a\n\n\n", "a\n\n\n\n", "\n" * 7, "\ud800\n \n"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 16))) for _ in range(5000)]
+    outcomes = Counter()
+    for text in texts:
+        for max_blank_lines in (0, 1, 2, 5):
+            expected = " \n" in text or "\t\n" in text or "\n" * (max_blank_lines + 2) in text
+            assert normalize_scan.needs_line_strip(text, max_blank_lines) == expected, (repr(text), max_blank_lines)
+            outcomes[expected] += 1
+    assert min(outcomes.values()) > 2000
+    data = np.frombuffer(b"ab \n", dtype=np.uint8)
+    assert normalize_scan.line_strip_bytes(data, 4) is True  # the Python form, as compiled
+    kernel = normalize_scan._line_kernel()
+    signatures = len(kernel.signatures)
+    normalize.Normalize()
+    normalize.normalize_text("a \nb\n\n\n\n\nc", NormalizeSettings())
+    assert signatures and len(kernel.signatures) == signatures  # loaded with the step, not compiled later
