@@ -4,7 +4,8 @@ sample     write the sample corpus that configs/sample.yaml reads
 validate   check a pipeline config (keys, types, source paths)
 run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
            dagster_home/), so the runs show up in the web UI: ingest and clean every configured
-           source and compute its dedup keys (one run per source partition), then deduplicate, split, tokenize and pack
+           source and compute its dedup keys (one run per source partition), group the LSH band
+           values (one run per bucket partition), then deduplicate, split, tokenize and pack
            (corpus_job), record the shards as a DVC version (release_job) and train on it
            (training_job); `--until` stops after a stage
 query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
@@ -137,6 +138,7 @@ def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names
 
 # The global jobs in order and the assets each runs (for --until; the summary line shows what ran).
 GLOBAL_JOBS = (
+    ("band_buckets_job", ("dedup_band_buckets",)),  # one run per bucket partition (_run_band_buckets)
     ("corpus_job", ("deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards",
                     "media_shards")),
     ("release_job", ("dataset_version",)),
@@ -204,6 +206,12 @@ def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None
     if until in PER_SOURCE_CHAIN:
         return []
     for job, assets in GLOBAL_JOBS:
+        if job == "band_buckets_job":
+            if failed := _run_band_buckets(definitions, instance, logs):
+                return failed
+            if until in assets:
+                break
+            continue
         selection = _until_selection(definitions, assets, until)
         for label, op_config in _job_runs(job, list(more_run_configs)):
             result = definitions.resolve_job_def(job).execute_in_process(
@@ -216,6 +224,28 @@ def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None
         if until in assets:
             break
     return []
+
+
+def _run_band_buckets(definitions, instance, logs: dict | None) -> list[str]:
+    """band_buckets_job once per bucket partition (a job runs one partition of static partitions in
+    process; a backfill would spread them over machines): one summary line for all of them."""
+    from platform_assets.dedup.band_partitions import bucket_keys
+
+    job = definitions.resolve_job_def("band_buckets_job")
+    shared, notes, failed = 0, set(), []
+    for key in bucket_keys():
+        result = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False,
+                                        run_config=logs or {})
+        if not result.success:
+            failed.append(key)
+            continue
+        shared += int(_metadata(result, "dedup_band_buckets", "shared_keys"))
+        if not _metadata(result, "dedup_band_buckets", "used"):
+            notes.add(str(_metadata(result, "dedup_band_buckets", "note")))
+    what = "; ".join(sorted(notes)) or f"{shared} shared band keys"
+    print(f"{'buckets':<16} {'FAILED' if failed else 'ok':<8} {len(bucket_keys())} partitions: {what}"
+          + (f" (failed: {', '.join(failed)})" if failed else ""))
+    return [f"buckets {k}" for k in failed]
 
 
 def _metadata(result, asset: str, key: str) -> object:

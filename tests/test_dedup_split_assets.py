@@ -8,8 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from platform_assets.dedup.band_partitions import bucket_keys
 from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.defs.dataset_splits.assets import dataset_splits
+from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets
 from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.raw_documents.partitions import source_partitions
@@ -162,14 +164,31 @@ def _signatures(pipeline, instance, keys=("web", "forum")) -> list[dg.AssetCheck
     return evaluations
 
 
+def _buckets(pipeline, instance) -> list[dict]:
+    """Every dedup_band_buckets partition, as the CLI's band_buckets_job runs leave them: their metadata."""
+    out = []
+    for key in bucket_keys():
+        result = dg.materialize([dedup_band_buckets], partition_key=key, instance=instance,
+                                resources={"pipeline": pipeline}, raise_on_error=False)
+        assert result.success, key
+        out.append({k: v.value for k, v in result.asset_materializations_for_node("dedup_band_buckets")[0]
+                    .metadata.items() if k in ("used", "band_records", "shared_keys", "bucket")})
+    return out
+
+
 def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):
     with dg.instance_for_test() as instance:
         covered = _signatures(pipeline, instance)
+        buckets = _buckets(pipeline, instance)
         result = dg.materialize([deduplicated_documents, dataset_splits], instance=instance,
                                 resources={"pipeline": pipeline})
     assert result.success
     assert [(e.check_name, e.passed, e.metadata["cleaned_rows"].value) for e in covered] == [
         ("signatures_cover_cleaned", True, 42), ("signatures_cover_cleaned", True, 22)]
+    # 64 documents x 18 bands of band records, spread over the 8 bucket partitions; the planted near
+    # duplicates share keys
+    assert [b["bucket"] for b in buckets] == bucket_keys() and all(b["used"] for b in buckets)
+    assert sum(b["band_records"] for b in buckets) == 64 * 18 and sum(b["shared_keys"] for b in buckets) > 2 * 18
     md = result.asset_materializations_for_node("deduplicated_documents")[0].metadata
     assert (md["documents_in"].value, md["rows"].value, md["removed_exact"].value, md["removed_near"].value) == (
         64,
@@ -234,11 +253,15 @@ def test_missing_or_stale_signature_partition_is_a_clear_failure(pipeline, corpu
                                      resources={"pipeline": pipeline}, raise_on_error=False)
         assert "dedup signatures not usable for: forum (missing)" in _failure(run())
         _signatures(pipeline, instance, keys=("forum",))
+        assert "dedup band buckets not usable: b000 (missing); b001 (missing)" in _failure(run())
+        _buckets(pipeline, instance)
         assert run().success
         _write_docs(tmp / "out", "forum", ["the forum cleaned again: " + _essay(random.Random(1))])
         assert "for: forum (stale (computed from another version of cleaned_documents/forum))" in _failure(run())
         covered = _signatures(pipeline, instance, keys=("forum",))
         assert covered[0].passed and covered[0].metadata["cleaned_rows"].value == 1
+        assert "b000 (stale (computed from other dedup_signatures outputs))" in _failure(run())
+        _buckets(pipeline, instance)
         assert run().success
 
 

@@ -37,7 +37,7 @@ from platform_assets.dedup.settings import NearSettings
 from platform_assets.dedup.shingles import ShingleBatch
 from platform_assets.dedup.signature_store import AcceptedSignatures
 
-__all__ = ["BandBuckets", "BucketedNearDedup", "ShingleSpill", "SpillDir"]
+__all__ = ["BandBuckets", "BucketedNearDedup", "ShingleSpill", "SpillDir", "band_records", "record_dtype"]
 
 
 class SpillDir:
@@ -106,35 +106,50 @@ class ShingleSpill:
             self._fd = None
 
 
+def record_dtype(rows: int) -> np.dtype:
+    """One band record: the document, the band's number and its `rows` MinHash values."""
+    return np.dtype([("doc", "<i8"), ("band", "<u2"), ("values", "<u4", (rows,))])
+
+
+def band_records(first_doc: int, signatures: np.ndarray, with_shingles: np.ndarray, bands: int, rows: int,
+                 partitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """(records, bucket of each record): every band of `signatures` (rows are documents first_doc,
+    first_doc + 1, ...), document-major; documents without shingles are left out (never candidates,
+    never in the index). The bucket is a 64-bit mix of the band's values (and its number) modulo
+    `partitions`: equal values, equal bucket, wherever and whenever the records are made."""
+    docs = np.flatnonzero(with_shingles) + first_doc
+    signatures = signatures[with_shingles]
+    n = len(signatures)
+    values = signatures[:, : bands * rows].reshape(n, bands, rows).astype("<u4", copy=False)
+    mix = np.arange(bands, dtype=np.uint64)[None, :] * np.uint64(0x9E3779B97F4A7C15)
+    for j in range(rows):
+        mix = (mix ^ values[:, :, j].astype(np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
+        mix ^= mix >> np.uint64(31)
+    bucket = (mix % np.uint64(partitions)).astype(np.int64).ravel()
+    records = np.empty(n * bands, record_dtype(rows))
+    records["doc"] = np.repeat(docs.astype(np.int64), bands)
+    records["band"] = np.tile(np.arange(bands, dtype=np.uint16), n)
+    records["values"] = values.reshape(n * bands, rows)
+    return records, bucket
+
+
 class BandBuckets:
     """(band, band values, global document) records in `partitions` files, by a hash of the values."""
 
     def __init__(self, directory: Path, bands: int, rows: int, partitions: int):
         self.bands, self.rows, self.partitions = bands, rows, partitions
-        self._dtype = np.dtype([("doc", "<i8"), ("band", "<u2"), ("values", "<u4", (rows,))])
+        self._dtype = record_dtype(rows)
         self._paths = [directory / f"band-bucket-{p:04d}.rec" for p in range(partitions)]
         self._files = [open(path, "wb") for path in self._paths]  # noqa: SIM115 (closed in shared_keys)
 
     def add(self, first_doc: int, signatures: np.ndarray, with_shingles: np.ndarray) -> None:
-        """Records of every band of `signatures` (rows are documents first_doc, first_doc + 1, ...);
-        documents without shingles are left out (never candidates, never in the index)."""
-        docs = np.flatnonzero(with_shingles) + first_doc
-        signatures = signatures[with_shingles]
-        n = len(signatures)
-        if n == 0:
+        """Records of every band of `signatures` (band_records)."""
+        self.add_records(*band_records(first_doc, signatures, with_shingles, self.bands, self.rows, self.partitions))
+
+    def add_records(self, records: np.ndarray, bucket: np.ndarray) -> None:
+        """Records made by band_records (here or elsewhere: dedup_signatures stores them), to their files."""
+        if len(records) == 0:
             return
-        r = self.rows
-        values = signatures[:, : self.bands * r].reshape(n, self.bands, r).astype("<u4", copy=False)
-        # a 64-bit mix of the band's values (and its number) picks the bucket: equal values, equal bucket
-        mix = np.arange(self.bands, dtype=np.uint64)[None, :] * np.uint64(0x9E3779B97F4A7C15)
-        for j in range(r):
-            mix = (mix ^ values[:, :, j].astype(np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
-            mix ^= mix >> np.uint64(31)
-        bucket = (mix % np.uint64(self.partitions)).astype(np.int64).ravel()
-        records = np.empty(n * self.bands, self._dtype)
-        records["doc"] = np.repeat(docs.astype(np.int64), self.bands)
-        records["band"] = np.tile(np.arange(self.bands, dtype=np.uint16), n)
-        records["values"] = values.reshape(n * self.bands, r)
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(self.partitions + 1))
         for p in np.flatnonzero(np.diff(bounds)).tolist():

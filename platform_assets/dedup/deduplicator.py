@@ -52,8 +52,13 @@ from platform_assets.dedup.simhash import simhash_near_pass
 
 
 class Deduplicator:
-    def __init__(self, settings: DedupSettings, accepted: AcceptedSignatures | None = None):
+    def __init__(self, settings: DedupSettings, accepted: AcceptedSignatures | None = None,
+                 band_keys_given: bool = False):
+        """band_keys_given: `storage: disk` with MinHash takes its shared band keys from `finish(band_keys=...)`
+        (the dedup_band_buckets partitions, band_partitions.py) instead of grouping band records here."""
         self.settings = settings
+        self._band_keys_given = band_keys_given
+        self._band_keys: tuple[np.ndarray, np.ndarray] | None = None
         near = settings.near
         self.keyer = DocumentKeyer(settings)
         self.minhasher, self.simhasher = self.keyer.minhasher, self.keyer.simhasher
@@ -70,7 +75,7 @@ class Deduplicator:
         self._spill: SpillDir | None = None
         if near.enabled and near.storage.type == "disk":
             self._spill = SpillDir(near.storage.spill_dir)
-            if self.simhasher is None:  # SimHash keeps 8 B per document and builds its tables in finish()
+            if self.simhasher is None and not band_keys_given:  # SimHash builds its tables in finish()
                 bands, rows = lsh_shape(near)
                 self._buckets = BandBuckets(self._spill.path, bands, rows, near.storage.partitions)
                 self._buckets.add(0, self.prior.signatures, self.prior.n_shingles > 0)
@@ -118,8 +123,13 @@ class Deduplicator:
         if self._buckets is not None:
             self._buckets.add(first, sigs, n_sh > 0)
 
-    def finish(self) -> DedupResult:
+    def finish(self, band_keys: tuple[np.ndarray, np.ndarray] | None = None) -> DedupResult:
+        """band_keys: (document, key) of every band value two fed documents (or earlier runs' accepted
+        ones) share, documents numbered globally; required when constructed with band_keys_given."""
         self._check_open()
+        if self._band_keys_given and self._spill is not None and self.simhasher is None and band_keys is None:
+            raise ValueError("this Deduplicator takes its shared band keys from finish(band_keys=...)")
+        self._band_keys = band_keys
         self._finished = True
         s = self.settings
         n_prior = len(self.prior)
@@ -190,7 +200,7 @@ class Deduplicator:
                 self._store.close()
             self._spill.close()
             self._spill = None
-        self._store = self._buckets = None  # `verify: exact` in memory held 4 B per shingle of the run
+        self._store = self._buckets = self._band_keys = None  # `verify: exact` in memory: 4 B per shingle
 
     def _exact_links(self, hashes: pa.Array, order: np.ndarray, rank: np.ndarray, links: _Links) -> None:
         """Same normalised text: link to the best-ranked row, or to an earlier run's document."""
@@ -223,9 +233,10 @@ class Deduplicator:
             out, blocks = simhash_near_pass(self.settings.near, self.prior, sigs, eligible, order, ids, rank,
                                             self._store)
             counts.simhash_blocks, counts.simhash_tables, rule = blocks.blocks, len(blocks.tables), 4
-        elif self._buckets is not None:  # storage: disk
-            counts.lsh_bands, counts.lsh_rows = self._buckets.bands, self._buckets.rows
-            greedy = BucketedNearDedup(self.settings.near, self.prior, self._buckets.shared_keys())
+        elif self._buckets is not None or self._band_keys is not None:  # storage: disk
+            counts.lsh_bands, counts.lsh_rows = lsh_shape(self.settings.near)
+            keys = self._band_keys if self._band_keys is not None else self._buckets.shared_keys()
+            greedy = BucketedNearDedup(self.settings.near, self.prior, keys)
             out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
         else:
             # datasketch's index: imported only here, the default `disk` storage does not need it

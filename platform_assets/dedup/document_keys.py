@@ -38,12 +38,13 @@ from platform_assets.dedup.shingles import ShingleBatch, compute_in_slices, shin
 from platform_assets.dedup.signature_store import fingerprint
 from platform_assets.dedup.simhash import SimHasher, signature_words
 
-__all__ = ["KEYS_FINGERPRINT_KEY", "DocumentKeyer", "keys_fingerprint", "keys_schema", "keeps_shingles",
+__all__ = ["KEYS_FINGERPRINT_KEY", "KEYS_OF_FILE", "DocumentKeyer", "keys_fingerprint", "keys_schema", "keeps_shingles",
            "shingle_lists", "signature_matrix"]
 
 KEYS_SCHEMA_NAME = "platform.dedup_document_keys"
 KEYS_SCHEMA_VERSION = 1
 KEYS_FINGERPRINT_KEY = b"platform.dedup.keys_fingerprint"
+KEYS_OF_FILE = "_keys_of.json"  # beside stored keys: the input version, rows and settings they are of
 
 
 def keeps_shingles(settings: DedupSettings) -> bool:

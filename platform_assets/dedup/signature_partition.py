@@ -9,6 +9,8 @@ Stored as an ordinary output (Storage, TableSink: atomic commit, _manifest.json)
 
     dedup_signatures/<partition>/part-*.parquet     the keys, in the cleaned partition's row order
     dedup_signatures/<partition>/_keys_of.json      which cleaned output they were computed from
+    dedup_signatures/<partition>/_bands/b<k>-*.parquet   band records by bucket partition (disk LSH only;
+                                                         dedup_band_buckets[b<k>] reads them)
 
 `_keys_of.json` holds the cleaned partition's version (the sha256 of its _manifest.json), its rows
 and the settings fingerprint: keys of an older cleaned output, or computed under other dedup
@@ -26,7 +28,8 @@ import pyarrow as pa
 import xxhash
 
 from platform_assets.contracts import DEFAULT_IO, MANIFEST_FILE, IOSettings, StageResult
-from platform_assets.dedup.document_keys import DocumentKeyer, keys_fingerprint
+from platform_assets.dedup.band_partitions import BandRecordSplitter, band_fingerprint, uses_band_buckets
+from platform_assets.dedup.document_keys import KEYS_OF_FILE, DocumentKeyer, keys_fingerprint, signature_matrix
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.parquet_parts import TableSink, TableSource
@@ -35,8 +38,6 @@ from platform_assets.storage import Storage
 
 __all__ = ["KEYS_OF_FILE", "SignaturePartitionResult", "StaleSignaturesError", "check_signature_partitions",
            "dedup_input_columns", "ids_digest", "signature_problem", "write_signature_partition"]
-
-KEYS_OF_FILE = "_keys_of.json"
 
 
 class StaleSignaturesError(ValueError):
@@ -80,16 +81,20 @@ def write_signature_partition(
     keyer = DocumentKeyer(settings)
     rows = with_shingles = with_phash = 0
     with TableSink(storage, out_rel, keyer.schema, io) as sink:
+        # band records pre-split by bucket partition, for dedup_band_buckets (band_partitions.py)
+        splitter = BandRecordSplitter(sink, settings) if uses_band_buckets(settings) else None
         if source.schema is not None:
             columns = dedup_input_columns(source.schema, settings)
             for batch in tracked_batches(source.batches(columns), "signatures", source.num_rows):
                 keys = keyer.keys(batch, rows)
+                if splitter is not None:
+                    splitter.add(rows, signature_matrix(keys, keyer.width), keys.column("n_shingles").to_numpy() > 0)
                 rows += keys.num_rows
                 with_shingles += int(keys.column("n_shingles").to_numpy().astype(bool).sum())
                 with_phash += len(keys) - keys.column("phash").null_count
                 sink.write(keys)
         record = {"input": input_rel, "input_version": version, "rows": rows,
-                  "fingerprint": keys_fingerprint(settings)}
+                  "fingerprint": keys_fingerprint(settings), "bands": band_fingerprint(settings)}
         sink.staged.write_bytes(KEYS_OF_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
     return SignaturePartitionResult(rel=out_rel, files=sink.files, rows=rows, schema=keyer.schema,
                                     input_rel=input_rel, input_version=version, with_shingles=with_shingles,
@@ -109,6 +114,8 @@ def signature_problem(storage: Storage, input_rel: str, keys_rel: str, settings:
         found, expected = record.get("fingerprint") or {}, keys_fingerprint(settings)
         differ = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
         return f"computed with other dedup settings ({', '.join(differ)} differ)"
+    if record.get("bands") != band_fingerprint(settings):  # the LSH shape, sub-buckets, or the storage
+        return "computed with other dedup settings (band records differ)"
     return None
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +30,12 @@ from platform_assets.contracts import (
     IOSettings,
     StageResult,
     schema_tag,
+)
+from platform_assets.dedup.band_partitions import (
+    check_band_buckets,
+    live_band_keys,
+    signature_rows,
+    uses_band_buckets,
 )
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
 from platform_assets.dedup.settings import DedupSettings
@@ -83,6 +90,7 @@ def deduplicate_outputs(
     settings: DedupSettings,
     io: IOSettings = DEFAULT_IO,
     signature_dirs: list[str] | None = None,
+    bucket_dirs: list[str] | None = None,
 ) -> DedupStageResult:
     """Deduplicate the cleaned outputs `input_dirs` into `out_rel`.
 
@@ -90,6 +98,8 @@ def deduplicate_outputs(
     the same order: the first pass reads them instead of the text (refused, by name, when one is
     missing or stale). None: the keys are computed here from the text (the library path; the same
     decisions and bytes).
+    bucket_dirs: with signature_dirs, `storage: disk` and MinHash, the dedup_band_buckets outputs
+    (band_partitions.py): their shared band keys replace the grouping this process would do.
     """
     fix_mmap_threshold(settings.malloc_mmap_threshold)  # freed batch temporaries leave RSS (heap.py)
     inputs = [TableSource(storage, d, io) for d in input_dirs]
@@ -134,20 +144,44 @@ def deduplicate_outputs(
                 if batch.num_rows:
                     yield batch
 
-    dedup = Deduplicator(settings, accepted)
+    buckets = bucket_dirs is not None and signature_dirs is not None and uses_band_buckets(settings)
+    n_prior = len(accepted) if accepted is not None else 0
+    if buckets:
+        prior = {"version": storage.output_version(out_rel), "rows": n_prior} if accepted is not None else None
+        check_band_buckets(storage, bucket_dirs, signature_dirs, settings, prior)
+    dedup = Deduplicator(settings, accepted, band_keys_given=buckets)
     rows_in = 0
     # in incremental mode the rows seen before are skipped, so the footers' total would overstate
     total = None if seen is not None else sum(i.num_rows for i in inputs)
+    band_keys = None
     if signature_dirs is not None:
-        for keys in tracked_batches(new_batches(None, key_inputs), "decisions", total):
+        # the buckets number documents as earlier runs' accepted ones, then every row of every signature
+        # partition in order; live[that number] = the number this pass gives the document, -1: not fed
+        live = starts = None
+        if buckets:
+            part_rows = [signature_rows(storage, d) for d in signature_dirs]
+            starts = n_prior + np.cumsum([0, *part_rows[:-1]], dtype=np.int64)
+            live = np.full(n_prior + sum(part_rows), -1, np.int64)
+            live[:n_prior] = np.arange(n_prior)
+        reading = [0]  # the partition the batch being fed comes from
+
+        def keyed_batches() -> Iterator[pa.RecordBatch]:
+            for i, source in enumerate(key_inputs):
+                reading[0] = i
+                yield from new_batches(None, [source])
+
+        for keys in tracked_batches(keyed_batches(), "decisions", total):
+            if live is not None:
+                live[starts[reading[0]] + keys.column("row").to_numpy()] = n_prior + rows_in + np.arange(keys.num_rows)
             rows_in += keys.num_rows
             dedup.add_keys(keys)
+        band_keys = live_band_keys(storage, bucket_dirs, live) if live is not None else None
     else:
         for batch in tracked_batches(new_batches(dedup_input_columns(schema, settings), key_inputs), "signatures",
                                      total):
             rows_in += batch.num_rows
             dedup.add_batch(batch)
-    result = dedup.finish()
+    result = dedup.finish(band_keys)
 
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0

@@ -1,11 +1,13 @@
 """deduplicated_documents: exact + MinHash-LSH near dedup across every source, before splitting, from
-every source's dedup_signatures (the keys; the text is read again only to write the kept documents)."""
+every source's dedup_signatures (the keys; the text is read again only to write the kept documents) and
+the shared band keys of every dedup_band_buckets partition (`near.storage.type: disk`, MinHash)."""
 
 import dagster as dg
 import pyarrow.compute as pc
 
 from platform_assets.charts import bar_chart_markdown
 from platform_assets.contracts import DUPLICATES_FILE, EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB, SIGNATURES_FILE
+from platform_assets.dedup.band_partitions import bucket_keys
 from platform_assets.dedup.signature_partition import StaleSignaturesError, check_signature_partitions
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
@@ -17,6 +19,7 @@ from platform_assets.spot_checks import spot_check, to_markdown
 
 UPSTREAM = "cleaned_documents"
 SIGNATURES = "dedup_signatures"  # each cleaned partition's keys: the first pass reads them, not the text
+BUCKETS = "dedup_band_buckets"  # the LSH band values documents share, grouped per bucket partition
 
 
 def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
@@ -35,7 +38,8 @@ def _top_clusters_markdown(duplicates, limit: int = 5) -> str:
 @dg.asset(
     retry_policy=TRANSIENT_RETRY,  # transient faults re-run the step (defs/stage_asset.py)
     deps=[dg.AssetDep(UPSTREAM, partition_mapping=dg.AllPartitionMapping()),
-          dg.AssetDep(SIGNATURES, partition_mapping=dg.AllPartitionMapping())],
+          dg.AssetDep(SIGNATURES, partition_mapping=dg.AllPartitionMapping()),
+          dg.AssetDep(BUCKETS, partition_mapping=dg.AllPartitionMapping())],
     check_specs=DEDUP_CHECKS,
     group_name="dedup",
     kinds={"parquet"},
@@ -59,12 +63,15 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
         raise dg.Failure(f"{UPSTREAM} has no documents for: {', '.join(d.split('/')[-1] for d in missing)} "
                          "(materialize those partitions first, or remove the sources)", allow_retries=False)
     keys = [ctx.input_dir(SIGNATURES, k) for k in cfg.partition_keys()]
+    buckets = [ctx.input_dir(BUCKETS, b) for b in bucket_keys()]
     try:
         check_signature_partitions(storage, list(zip(inputs, keys, strict=True)), cfg.dedup)
     except StaleSignaturesError as err:
         raise dg.Failure(str(err), allow_retries=False) from None
-    stage = run_stage("deduplicated_documents",
-                      lambda: deduplicate_outputs(storage, inputs, rel, cfg.dedup, cfg.io, signature_dirs=keys))
+    # a missing or stale bucket partition is a StaleBandBucketsError: a ValueError, so a Failure naming
+    # them without retries (run_stage)
+    stage = run_stage("deduplicated_documents", lambda: deduplicate_outputs(
+        storage, inputs, rel, cfg.dedup, cfg.io, signature_dirs=keys, bucket_dirs=buckets))
     result = stage.result
     counts = result.counts.as_dict()
     context.log.info(f"dedup: {stage.rows_in} in, {stage.rows_out} out; {counts}")

@@ -7,6 +7,8 @@ import dagster as dg
 # dedup_signatures is per source too: the file sensor and the daily schedule request this job, so a
 # source's dedup keys are recomputed whenever its cleaned partition is
 PER_SOURCE_ASSETS = dg.AssetSelection.assets("raw_documents", "cleaned_documents", "dedup_signatures")
+# static bucket partitions: a job of their own (a job cannot mix partitions definitions), run before corpus_job
+BAND_BUCKET_ASSETS = dg.AssetSelection.assets("dedup_band_buckets")
 CORPUS_ASSETS = dg.AssetSelection.assets(
     "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards", "media_shards")
 RELEASE_ASSETS = dg.AssetSelection.assets("dataset_version")
@@ -16,6 +18,13 @@ per_source_job = dg.define_asset_job(
     "per_source_job",
     selection=PER_SOURCE_ASSETS,  # partitioned by source, like the assets it selects
     description="Ingest and clean one source partition, and compute its documents' dedup keys.",
+)
+
+band_buckets_job = dg.define_asset_job(
+    "band_buckets_job",
+    selection=BAND_BUCKET_ASSETS,  # partitioned by bucket (b000 ..), like the asset it selects
+    description="Group one bucket partition of the LSH band values every source's dedup_signatures wrote; "
+                "deduplicated_documents reads all of them.",
 )
 
 corpus_job = dg.define_asset_job(
