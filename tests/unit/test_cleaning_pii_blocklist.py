@@ -225,6 +225,19 @@ def test_blocklist_shortcuts_find_what_the_word_loop_finds():
             assert b.matches(text, limit=limit) == _matches_word_by_word(b, text, limit), (text, limit)
 
 
+def test_blocklist_screens_with_the_first_words_that_hold_no_other():
+    import random
+
+    b = Blocklist(["porn", "porno", "pornography", "sex cam", "sexcam", "camgirl", "camgirls", "hot singles"])
+    assert b.screen_words == ("camgirl", "hot", "porn", "sex")  # "porno", "sexcam", "camgirls" hold one
+    rng = random.Random(9)
+    vocab = ["porno", "PORNOGRAPHY", "sexcam", "sex", "cam", "camgirls", "hot", "singles", "photo", "ok", "x"]
+    for _ in range(3000):
+        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 8)))
+        for limit in (None, 1):
+            assert b.matches(text, limit=limit) == _matches_word_by_word(b, text, limit), (text, limit)
+
+
 def test_phone_and_ipv6_searches_find_what_the_plain_patterns_find():
     # the phone pattern rewritten to start with a character class, the IPv6 search behind a hint: the
     # same candidates as the patterns as first written
