@@ -15,5 +15,6 @@ hash + Arrow group-by), keep_policy (total order of documents), near_dedup (gree
 image_near (phash band index + greedy pass), clusters (union-find, reports), signature_store (the
 accepted-signature artifact), document_keys (what the global pass needs of each document, computed
 per batch), signature_partition (those keys stored per cleaned partition: `dedup_signatures`),
-deduplicator (the global decisions), stage (over stored outputs).
+band_partitions (the LSH band grouping per bucket partition: `dedup_band_buckets`), deduplicator (the
+global decisions), stage (over stored outputs).
 """

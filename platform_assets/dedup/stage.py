@@ -5,6 +5,8 @@ and the signature artifact.
 Two passes over the input. The first feeds every document's keys to the global decisions: the keys
 `dedup_signatures` stored per cleaned partition (signature_partition.py; the asset's path: shingling
 and MinHash ran per source, in parallel), or keys computed here from the text (the library path).
+With `near.storage.type: disk` and MinHash the shared LSH band keys come grouped from the
+`dedup_band_buckets` partitions too (band_partitions.py), mapped to the documents this pass feeds.
 The second streams the cleaned text again to write the kept documents instead of holding it: memory
 stays at ~600 B per document plus one batch. In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
