@@ -48,7 +48,7 @@ def test_bucket_partitions_give_the_bytes_of_grouping_in_process(corpus, near, b
     assert stored.files == reference.files
     assert stored.result.counts == reference.result.counts and reference.result.counts.removed_near >= 3
     assert len(results) == BAND_BUCKET_PARTITIONS and all(r.used for r in results)
-    # every band record of the 36 text documents with shingles went to exactly one bucket partition
+    # every band record of the 42 documents with shingles went to exactly one bucket partition
     bands = stored.result.counts.lsh_bands
     assert sum(r.records for r in results) == bands * (51 - stored.result.counts.without_shingles)
     assert sum(r.rows for r in results) > 0 and sum(r.shared_keys for r in results) > 0

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.contracts import IOSettings
+from platform_assets.dedup.band_partitions import group_band_bucket
 from platform_assets.dedup.document_keys import DocumentKeyer, shingle_lists
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.shingles import shingle_hashes
@@ -180,6 +181,8 @@ def test_an_empty_partition_has_keys_of_no_rows_and_ids_digest_compares_order(co
         pass  # committed, no parts: a source whose every document cleaning removed
     result = write_signature_partition(corpus, "cleaned_documents/empty", "keys/empty", settings)
     assert result.rows == 0 and signature_problem(corpus, "cleaned_documents/empty", "keys/empty", settings) is None
+    bucket = group_band_bucket(corpus, "b000", ["keys/empty"], "buckets/b000", settings)  # no band records
+    assert bucket.used and (bucket.records, bucket.rows) == (0, 0)
     with pytest.raises(StaleSignaturesError, match="no committed output"):
         write_signature_partition(corpus, "cleaned_documents/absent", "keys/absent", settings)
     write_signature_partition(corpus, INPUTS[0], "keys/web", settings)
