@@ -8,7 +8,8 @@ Level n holds the n-grams at the positions where level n - 1 repeats, numbered t
 not built: the next needed one is made from the last one built (`_jump_level`, a hash of the prefix id
 and the tokens after it). On the benchmark's English documents (cleaning_stage: 1,850 documents, 5.2M
 tokens) the tops are ruled out for 1,728 (n = 2), 1,453 (3) and 933 (4) of them, and the positions
-hashed over all levels fall from 12.9M to ~7.1M.
+the levels take in fall from 12.9M to ~7.1M (counted from ngrams.py's levels); ngram_check_values
+0.217 -> 0.161 CPU-s, 0.128 with _jump_level's hash count.
 """
 
 from __future__ import annotations
