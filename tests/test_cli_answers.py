@@ -34,6 +34,8 @@ def test_until_takes_every_stage_and_runs_only_what_it_needs():
 
     assert {"raw_documents", "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents",
             "packed_shards", "media_shards", "dataset_version", "training_run"} <= set(UNTIL_CHOICES)
+    assert UNTIL_CHOICES[:4] == ("raw_documents", "cleaned_documents", "dedup_signatures",  # per_source_job's
+                                 "dedup_band_buckets")  # band_buckets_job, before corpus_job
     d = defs()
     corpus = ("deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards",
               "media_shards")

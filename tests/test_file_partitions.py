@@ -18,8 +18,11 @@ from test_cleaned_documents_asset import handbook
 
 from platform_assets.cli import main as cli_main
 from platform_assets.config import load_config
+from platform_assets.dedup.band_partitions import bucket_keys
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
 from platform_assets.defs.dataset_splits.assets import dataset_splits
+from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets
+from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.pipeline.schedules import daily_refresh
 from platform_assets.defs.raw_documents.assets import raw_documents
@@ -86,9 +89,12 @@ def runs(tmp_path_factory):
         with dg.instance_for_test() as instance:
             instance.add_dynamic_partitions(source_partitions.name, keys)
             for key in keys:
-                result = dg.materialize([raw_documents, cleaned_documents], partition_key=key, instance=instance,
-                                        resources={"pipeline": pipeline}, raise_on_error=False)
+                result = dg.materialize([raw_documents, cleaned_documents, dedup_signatures], partition_key=key,
+                                        instance=instance, resources={"pipeline": pipeline}, raise_on_error=False)
                 assert result.success, key
+            for bucket in bucket_keys():  # the CLI's band_buckets_job, one run per bucket partition
+                assert dg.materialize([dedup_band_buckets], partition_key=bucket, instance=instance,
+                                      resources={"pipeline": pipeline}).success
             result = dg.materialize([deduplicated_documents, dataset_splits], instance=instance,
                                     resources={"pipeline": pipeline}, raise_on_error=False)
             assert result.success

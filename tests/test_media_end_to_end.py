@@ -24,8 +24,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from PIL import Image  # noqa: E402
 
+from platform_assets.dedup.band_partitions import bucket_keys  # noqa: E402
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents  # noqa: E402
 from platform_assets.defs.dataset_splits.assets import dataset_splits  # noqa: E402
+from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets  # noqa: E402
+from platform_assets.defs.dedup_signatures.assets import dedup_signatures  # noqa: E402
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents  # noqa: E402
 from platform_assets.defs.media_shards.assets import media_shards  # noqa: E402
 from platform_assets.defs.raw_documents.assets import raw_documents  # noqa: E402
@@ -100,9 +103,12 @@ def test_a_mixed_manifest_becomes_webdataset_and_parquet_shards_read_back_identi
     tmp, pipeline = mixed
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(source_partitions.name, ["mm"])
-        per_source = dg.materialize([raw_documents, cleaned_documents], partition_key="mm",
+        per_source = dg.materialize([raw_documents, cleaned_documents, dedup_signatures], partition_key="mm",
                                     resources={"pipeline": pipeline}, instance=instance)
         assert per_source.success
+        for bucket in bucket_keys():  # the CLI's band_buckets_job, one run per bucket partition
+            assert dg.materialize([dedup_band_buckets], partition_key=bucket, resources={"pipeline": pipeline},
+                                  instance=instance).success
         corpus = dg.materialize([deduplicated_documents, dataset_splits, media_shards],
                                 resources={"pipeline": pipeline}, instance=instance)
         assert corpus.success
