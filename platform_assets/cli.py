@@ -138,7 +138,7 @@ def _run_jobs(args: argparse.Namespace, definitions, instance, per_source, names
 
 # The global jobs in order and the assets each runs (for --until; the summary line shows what ran).
 GLOBAL_JOBS = (
-    ("band_buckets_job", ("dedup_band_buckets",)),  # one run per bucket partition (_run_band_buckets)
+    ("band_buckets_job", ("dedup_band_buckets",)),  # one run over every bucket partition (_run_band_buckets)
     ("corpus_job", ("deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards",
                     "media_shards")),
     ("release_job", ("dataset_version",)),
@@ -227,23 +227,21 @@ def _run_global_jobs(definitions, instance, until: str, logs: dict | None = None
 
 
 def _run_band_buckets(definitions, instance, logs: dict | None) -> list[str]:
-    """band_buckets_job once per bucket partition (a job runs one partition of static partitions in
-    process; a backfill would spread them over machines): one summary line for all of them."""
+    """band_buckets_job once over every bucket partition (a partition range, as a single-run backfill
+    runs it; each bucket grouped and materialized on its own): one summary line for all of them."""
     from platform_assets.dedup.band_partitions import bucket_keys
+    from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS
 
-    job = definitions.resolve_job_def("band_buckets_job")
-    shared, notes, failed = 0, set(), []
-    for key in bucket_keys():
-        result = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False,
-                                        run_config=logs or {})
-        if not result.success:
-            failed.append(key)
-            continue
-        shared += int(_metadata(result, "dedup_band_buckets", "shared_keys"))
-        if not _metadata(result, "dedup_band_buckets", "used"):
-            notes.add(str(_metadata(result, "dedup_band_buckets", "note")))
-    what = "; ".join(sorted(notes)) or f"{shared} shared band keys"
-    print(f"{'buckets':<16} {'FAILED' if failed else 'ok':<8} {len(bucket_keys())} partitions: {what}"
+    keys = bucket_keys()
+    result = definitions.resolve_job_def("band_buckets_job").execute_in_process(
+        instance=instance, raise_on_error=False, run_config=logs or {}, tags=ALL_BUCKETS_RUN_TAGS)
+    done = {m.partition: m.metadata for m in result.asset_materializations_for_node("dedup_band_buckets")}
+    # one step, whose events come at its end: a failure records none (those grouped before it are committed)
+    failed = [k for k in keys if k not in done]
+    shared = sum(int(m["shared_keys"].value) for m in done.values())
+    notes = {str(m["note"].value) for m in done.values() if not m["used"].value}
+    what = ("; ".join(sorted(notes)) or f"{shared} shared band keys") if done else "none materialized"
+    print(f"{'buckets':<16} {'FAILED' if failed else 'ok':<8} {len(keys)} partitions: {what}"
           + (f" (failed: {', '.join(failed)})" if failed else ""))
     return [f"buckets {k}" for k in failed]
 

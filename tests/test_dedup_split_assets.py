@@ -1,6 +1,7 @@
 """deduplicated_documents and dataset_splits over stored outputs, through Dagster and directly."""
 
 import random
+import shutil
 
 import dagster as dg
 import pyarrow as pa
@@ -11,7 +12,7 @@ import yaml
 from platform_assets.dedup.band_partitions import bucket_keys
 from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.defs.dataset_splits.assets import dataset_splits
-from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets
+from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS, dedup_band_buckets
 from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.raw_documents.partitions import source_partitions
@@ -165,15 +166,79 @@ def _signatures(pipeline, instance, keys=("web", "forum")) -> list[dg.AssetCheck
 
 
 def _buckets(pipeline, instance) -> list[dict]:
-    """Every dedup_band_buckets partition, as the CLI's band_buckets_job runs leave them: their metadata."""
-    out = []
-    for key in bucket_keys():
-        result = dg.materialize([dedup_band_buckets], partition_key=key, instance=instance,
-                                resources={"pipeline": pipeline}, raise_on_error=False)
-        assert result.success, key
-        out.append({k: v.value for k, v in result.asset_materializations_for_node("dedup_band_buckets")[0]
-                    .metadata.items() if k in ("used", "band_records", "shared_keys", "bucket")})
-    return out
+    """Every dedup_band_buckets partition in one run, as the CLI's band_buckets_job (and a backfill, by the
+    asset's single-run policy) leaves them: each partition's materialization metadata, in key order."""
+    result = dg.materialize([dedup_band_buckets], tags=ALL_BUCKETS_RUN_TAGS, instance=instance,
+                            resources={"pipeline": pipeline}, raise_on_error=False)
+    assert result.success
+    # one materialization per bucket, from one run (Dagster emits them in no particular order)
+    events = sorted(result.asset_materializations_for_node("dedup_band_buckets"), key=lambda m: m.partition)
+    assert [m.partition for m in events] == bucket_keys()
+    return [{k: v.value for k, v in m.metadata.items() if k in ("used", "band_records", "shared_keys", "bucket")}
+            for m in events]
+
+
+def _bucket_bytes(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "dedup_band_buckets").rglob("*"))
+            if p.is_file()}
+
+
+def test_one_run_over_every_bucket_writes_the_bytes_of_one_run_per_bucket(pipeline, corpus):
+    """The range run groups each bucket on its own: every file of every bucket output (parts, manifest,
+    _bucket_of.json) is byte-identical to the per-bucket runs', and each bucket's materialization carries
+    its own figures; a single bucket is still a run of its own."""
+    tmp, _ = corpus
+    with dg.instance_for_test() as instance:
+        _signatures(pipeline, instance)
+        per_bucket = []
+        for key in bucket_keys():
+            result = dg.materialize([dedup_band_buckets], partition_key=key, instance=instance,
+                                    resources={"pipeline": pipeline})
+            (event,) = result.asset_materializations_for_node("dedup_band_buckets")
+            assert event.partition == key
+            per_bucket.append((event.metadata, event.tags["dagster/data_version"]))
+        alone = _bucket_bytes(tmp / "out")
+        shutil.rmtree(tmp / "out" / "dedup_band_buckets")
+        ranged = dg.materialize([dedup_band_buckets], tags=ALL_BUCKETS_RUN_TAGS, instance=instance,
+                                resources={"pipeline": pipeline})
+        assert len(instance.get_runs()) == 2 + len(bucket_keys()) + 1  # 2 signature runs, 8 bucket runs, 1
+        events = sorted(ranged.asset_materializations_for_node("dedup_band_buckets"), key=lambda m: m.partition)
+    assert _bucket_bytes(tmp / "out") == alone
+    assert len(alone) >= 3 * len(bucket_keys())  # a part, the manifest and _bucket_of.json per bucket at least
+    assert [e.partition for e in events] == bucket_keys()
+    figures = ("bucket", "band_records", "shared_keys", "documents_with_shared_keys", "rows", "bytes")
+    for event, (md, version) in zip(events, per_bucket, strict=True):
+        assert {k: event.metadata[k].value for k in figures} == {k: md[k].value for k in figures}
+        assert event.metadata["bucket_version"].value == version  # the bucket's own content version
+    assert len({e.metadata["band_records"].value for e in events}) > 1  # figures per bucket, not one total
+    # every partition of a range run carries the run's version (Dagster's is per output), one that
+    # differs from each bucket's own
+    run_versions = {e.tags["dagster/data_version"] for e in events}
+    assert len(run_versions) == 1 and not run_versions & {v for _, v in per_bucket}
+
+
+def test_cli_groups_every_bucket_in_one_run_with_one_summary_line(pipeline, corpus, monkeypatch, capsys):
+    """The CLI's band_buckets_job step: one in-process run over b000..b007, one line summing their shared
+    keys; with stale signatures every bucket is named failed."""
+    from platform_assets.cli import _run_band_buckets
+    from platform_assets.definitions import defs
+
+    monkeypatch.setenv("PLATFORM_CONFIG", pipeline.config_path)  # the definitions' resource reads it
+    with dg.instance_for_test() as instance:
+        _signatures(pipeline, instance)
+        before = {r.run_id for r in instance.get_runs()}
+        assert _run_band_buckets(defs(), instance, None) == []
+        (run,) = [r for r in instance.get_runs() if r.run_id not in before]
+        assert (run.job_name, run.status) == ("band_buckets_job", dg.DagsterRunStatus.SUCCESS)
+        records = instance.fetch_materializations(dg.AssetKey("dedup_band_buckets"), limit=20).records
+        assert sorted(r.partition_key for r in records) == bucket_keys() and {r.run_id for r in records} == {run.run_id}
+        shared = sum(r.asset_materialization.metadata["shared_keys"].value for r in records)
+        assert shared > 2 * 18 and capsys.readouterr().out.splitlines()[-1].split() == [
+            "buckets", "ok", "8", "partitions:", str(shared), "shared", "band", "keys"]
+        _write_docs(corpus[0] / "out", "forum", ["the forum cleaned again: " + _essay(random.Random(1))])
+        assert _run_band_buckets(defs(), instance, None) == [f"buckets {k}" for k in bucket_keys()]
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            "buckets          FAILED   8 partitions: none materialized (failed: " + ", ".join(bucket_keys()) + ")")
 
 
 def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):

@@ -18,10 +18,12 @@ splits by a hash of the band values, so it runs as BAND_BUCKET_PARTITIONS partit
 
 8 partitions, fixed in code: Dagster fixes a partitions definition when it loads the definitions,
 before any pipeline config is read (the config comes from the resource at run time, and a bad one must
-not stop the code location from loading). 8 bucket runs cost ~8 run starts on a small corpus and give
-8 machines each 1/8 of the records on a large one; `near.storage.partitions` (default 64) still bounds
-the memory of each. Other storages (memory, redis), SimHash and near dedup off need no grouping: the
-bucket partitions then commit an empty output whose metadata says so, and the global pass reads none.
+not stop the code location from loading). The asset's backfill policy runs the requested buckets
+together in one run on a small corpus (one run start, not 8); one run per bucket gives 8 machines each
+1/8 of the records on a large one (defs/dedup_band_buckets/assets.py); `near.storage.partitions`
+(default 64) still bounds the memory of each. Other storages (memory, redis), SimHash and near dedup
+off need no grouping: the bucket partitions then commit an empty output whose metadata says so, and
+the global pass reads none.
 
 Every output records what it was computed from (`_bucket_of.json`: each signature partition's version
 and rows, the earlier runs' artifact version, the settings); the global pass refuses, by name, a bucket
