@@ -18,10 +18,9 @@ from test_cleaned_documents_asset import handbook
 
 from platform_assets.cli import main as cli_main
 from platform_assets.config import load_config
-from platform_assets.dedup.band_partitions import bucket_keys
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
 from platform_assets.defs.dataset_splits.assets import dataset_splits
-from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets
+from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS, dedup_band_buckets
 from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.pipeline.schedules import daily_refresh
@@ -92,9 +91,9 @@ def runs(tmp_path_factory):
                 result = dg.materialize([raw_documents, cleaned_documents, dedup_signatures], partition_key=key,
                                         instance=instance, resources={"pipeline": pipeline}, raise_on_error=False)
                 assert result.success, key
-            for bucket in bucket_keys():  # the CLI's band_buckets_job, one run per bucket partition
-                assert dg.materialize([dedup_band_buckets], partition_key=bucket, instance=instance,
-                                      resources={"pipeline": pipeline}).success
+            # the CLI's band_buckets_job: every bucket partition in one run
+            assert dg.materialize([dedup_band_buckets], tags=ALL_BUCKETS_RUN_TAGS, instance=instance,
+                                  resources={"pipeline": pipeline}).success
             result = dg.materialize([deduplicated_documents, dataset_splits], instance=instance,
                                     resources={"pipeline": pipeline}, raise_on_error=False)
             assert result.success

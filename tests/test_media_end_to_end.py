@@ -24,10 +24,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from PIL import Image  # noqa: E402
 
-from platform_assets.dedup.band_partitions import bucket_keys  # noqa: E402
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents  # noqa: E402
 from platform_assets.defs.dataset_splits.assets import dataset_splits  # noqa: E402
-from platform_assets.defs.dedup_band_buckets.assets import dedup_band_buckets  # noqa: E402
+from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS, dedup_band_buckets  # noqa: E402
 from platform_assets.defs.dedup_signatures.assets import dedup_signatures  # noqa: E402
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents  # noqa: E402
 from platform_assets.defs.media_shards.assets import media_shards  # noqa: E402
@@ -106,9 +105,9 @@ def test_a_mixed_manifest_becomes_webdataset_and_parquet_shards_read_back_identi
         per_source = dg.materialize([raw_documents, cleaned_documents, dedup_signatures], partition_key="mm",
                                     resources={"pipeline": pipeline}, instance=instance)
         assert per_source.success
-        for bucket in bucket_keys():  # the CLI's band_buckets_job, one run per bucket partition
-            assert dg.materialize([dedup_band_buckets], partition_key=bucket, resources={"pipeline": pipeline},
-                                  instance=instance).success
+        # the CLI's band_buckets_job: every bucket partition in one run
+        assert dg.materialize([dedup_band_buckets], tags=ALL_BUCKETS_RUN_TAGS, instance=instance,
+                              resources={"pipeline": pipeline}).success
         corpus = dg.materialize([deduplicated_documents, dataset_splits, media_shards],
                                 resources={"pipeline": pipeline}, instance=instance)
         assert corpus.success
