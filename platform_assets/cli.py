@@ -5,7 +5,7 @@ validate   check a pipeline config (keys, types, source paths)
 run        materialize the pipeline on the Dagster instance in $DAGSTER_HOME (default:
            dagster_home/), so the runs show up in the web UI: ingest and clean every configured
            source and compute its dedup keys (one run per source partition), group the LSH band
-           values (one run per bucket partition), then deduplicate, split, tokenize and pack
+           values (one run over the 8 bucket partitions), then deduplicate, split, tokenize and pack
            (corpus_job), record the shards as a DVC version (release_job) and train on it
            (training_job); `--until` stops after a stage
 query      run SQL with DuckDB over the outputs (views: raw_documents, quarantine,
