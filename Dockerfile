@@ -53,15 +53,13 @@ COPY . .
 # that locates configs/ or dvc.yaml relative to the repo root finds them in the image too.
 RUN pip install -c /tmp/torch-constraint.txt --no-deps -e . \
     && python -c "import dagster, dagster_postgres, dagster_aws, torch; print('torch', torch.__version__)"
-# The cleaning steps' numba kernels (quality rules, language, normalize) compiled once, into the image
-# (their cache beside the sources): otherwise every run pod compiles them again (~8 CPU-s) before its
-# first document. language_model_cache writes py3langid's model uncompressed into
-# PLATFORM_ASSETS_CACHE_DIR (97 MB, world-readable): every cleaning worker maps it (~0.03 s) instead of
-# decompressing its own copy (~0.4 s, ~100 MB each).
-RUN python -c "from platform_assets.cleaning import language_kernels, language_model_cache, language_script, normalize; \
-from platform_assets.cleaning.quality import array_vocab, kernels, line_stats; \
-[m.load() for m in (kernels, line_stats, array_vocab, language_kernels, language_script, normalize, \
-language_model_cache)]"
+# The cleaning steps' numba kernels (quality rules, language, normalize, guard, PII) compiled once, into
+# the image: otherwise every run pod compiles them again (~8 CPU-s) before its first document. Both
+# caches live in PLATFORM_ASSETS_CACHE_DIR (platform_assets/cache_dir.py): numba's in a folder named for
+# the kernels' sources, and py3langid's model uncompressed (97 MB, world-readable), which every cleaning
+# worker maps (~0.03 s) instead of decompressing its own copy (~0.4 s, ~100 MB each). The forkserver's
+# preload module loads exactly what a cleaning worker needs.
+RUN python -c "import platform_assets.cleaning.worker_preload"
 
 # The instance for compose: Postgres storage, queued runs, pools, compute logs to MinIO.
 COPY dagster_home/compose/dagster.yaml dagster_home/compose/workspace.yaml ${DAGSTER_HOME}/

@@ -44,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_DIR_ENV = "PLATFORM_ASSETS_CACHE_DIR"
+from platform_assets.cache_dir import cache_root
+
 FORMAT_VERSION = 1  # bump when ModelArrays' arrays or how they are derived change
 MAGIC = b"platform-assets:py3langid-arrays\n"
 _ALIGN = 64  # every array starts on a cache line
@@ -67,20 +68,6 @@ class ModelArrays:
     source: str  # "mapped" (the cache file), "built" (decompressed, cache written) or "memory"
 
     ARRAY_NAMES = ("nextmove", "rowbase", "output", "weights", "prior")
-
-
-def cache_root() -> Path | None:
-    """The cache directory, or None where the environment turns the cache off (set, empty)."""
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured is not None:
-        return Path(configured) if configured else None
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = str(Path.home() / ".cache")
-        except RuntimeError:  # no home directory to be found (no $HOME, no passwd entry): no cache
-            return None
-    return Path(base) / "platform_assets"
 
 
 def model_file() -> Path:

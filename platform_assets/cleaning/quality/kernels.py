@@ -9,17 +9,27 @@ the n-gram levels, walks and bounds in ngram_kernels.py. Same tokens, ids, count
 text_view/array_vocab/ngrams define them (those stay as the reference:
 tests/unit/test_cleaning_quality_numba.py compares them on adversarial input).
 
-`cache=True` keeps the machine code next to this file (or in NUMBA_CACHE_DIR / the user's cache dir):
-a cold process compiles once (~7 CPU-s with line_stats.py's and ngram_kernels.py's), later ones load
-it (~0.4 s). Where no cache location is writable, numba refuses `cache=True` at decoration; the
-kernels are then compiled in each process instead (the same ~7 CPU-s per process: give such a
-deployment a NUMBA_CACHE_DIR).
+`cache=True` keeps the machine code in a folder of the platform's cache named for the kernels'
+sources (cache_dir.kernel_cache_dir: numba's own default, beside the sources, can keep a stale callee
+of another module; NUMBA_CACHE_DIR, where set, is used as it is): a cold process compiles once (~7
+CPU-s with line_stats.py's and ngram_kernels.py's), later ones load it (~0.4 s). Where no cache
+location is writable, numba refuses `cache=True` at decoration; the kernels are then compiled in each
+process instead (the same ~7 CPU-s per process: give such a deployment a NUMBA_CACHE_DIR).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numba
 import numpy as np
+
+from platform_assets.cache_dir import kernel_cache_dir
+
+# Before the first @compiled below: numba picks a function's cache folder when it is decorated
+_KERNEL_CACHE = kernel_cache_dir(Path(__file__).resolve().parents[1])  # every kernel is under cleaning/
+if _KERNEL_CACHE is not None:
+    numba.config.CACHE_DIR = str(_KERNEL_CACHE)
 
 # Character kinds (array_vocab's tables): 0 space, 1 word character, 2 joiner [-'’.], 3 anything else
 SPACE, WORD, JOINER, OTHER = 0, 1, 2, 3
