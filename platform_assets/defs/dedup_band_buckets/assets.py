@@ -24,9 +24,10 @@ band_bucket_partitions = dg.StaticPartitionsDefinition(bucket_keys())
 # materializes every requested bucket in ONE run that groups them one after another, each into its own
 # output as a run of that bucket alone would (same bytes, tested). Why one: on one machine a run costs
 # more than a bucket's work. A daemon-launched run is a fresh process with ~4 s of imports; in process,
-# 8 runs over 400 documents took 9.4-10.2 s and one run over the 8 buckets 1.4-2.0 s (~1.1 s of run and
-# step events per run, on 2 cores at load 7-9), and the automation test's eager dedup came 137 -> 79 s
-# after its backfill (tests/test_backfill_automation.py: the sensor's 8 runs went 2 at a time).
+# the CLI's bucket step on the sample corpus took 1.8-2.3 s as 8 runs and 0.45-0.67 s as one (~0.2 s of
+# run and step events per run; 10 A/B repeats on 2 cores at load 3-6), and the automation test's eager
+# dedup came 137 -> 79 s after its backfill (tests/test_backfill_automation.py: the sensor's 8 bucket
+# runs went 2 at a time).
 # A large deployment where each bucket takes minutes on its own machine (the run launcher's) spreads
 # them with `dg.BackfillPolicy.multi_run(max_partitions_per_run=1)`: one run per bucket, as before.
 # A single bucket can always be materialized alone (the UI, `dg.materialize(partition_key=...)`).
