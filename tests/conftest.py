@@ -16,6 +16,19 @@ from platform_assets.config import PipelineConfig, load_config  # noqa: E402
 from platform_assets.storage import Storage  # noqa: E402
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """pyproject's addopts run the suite on 2 xdist workers, whole modules at a time; with xdist left out
+    (`-p no:xdist`) its options from addopts are accepted here instead, so that run is simply serial. (Long
+    spellings, one token each: pytest reads addopts for its early options before this file is loaded, and
+    a separate `2` would be taken for a test path.)"""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist absent")
+    group.addoption("--numprocesses", default=0, help="ignored: pytest-xdist is not loaded, tests run in this process")
+    group.addoption("--dist", default="no", help="ignored: pytest-xdist is not loaded")
+    group.addoption("--no-loadscope-reorder", action="store_true", help="ignored: pytest-xdist is not loaded")
+
+
 @pytest.fixture
 def write_config(tmp_path: Path):
     """Write a pipeline YAML into tmp_path (storage under tmp_path/out) and load it."""
