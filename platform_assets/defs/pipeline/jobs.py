@@ -23,8 +23,8 @@ per_source_job = dg.define_asset_job(
 band_buckets_job = dg.define_asset_job(
     "band_buckets_job",
     selection=BAND_BUCKET_ASSETS,  # partitioned by bucket (b000 ..), like the asset it selects
-    description="Group one bucket partition of the LSH band values every source's dedup_signatures wrote; "
-                "deduplicated_documents reads all of them.",
+    description="Group bucket partitions of the LSH band values every source's dedup_signatures wrote (one, or "
+                "a range in one run, each bucket its own output); deduplicated_documents reads all of them.",
 )
 
 corpus_job = dg.define_asset_job(
