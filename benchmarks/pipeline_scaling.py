@@ -30,8 +30,9 @@ dedup, io at their defaults; no media, DVC or training), then every asset of the
 order, each in its own fresh `python -m benchmarks.pipeline_scaling _stage` process that loads
 `platform_assets.definitions` and calls `dagster.materialize([that asset], partition_key=...)` on a
 SQLite instance of the run (assets read their inputs from storage, so one asset at a time works):
-raw_documents and cleaned_documents per source, deduplicated_documents, dataset_splits, tokenizer,
-tokenized_documents, packed_shards. Every check of every stage must pass (the run stops otherwise).
+raw_documents, cleaned_documents and dedup_signatures per source, dedup_band_buckets (its 8
+partitions in one range run), deduplicated_documents, dataset_splits, tokenizer, tokenized_documents,
+packed_shards. Every check of every stage must pass (the run stops otherwise).
 
 Measured per stage, from the parent:
 - wall s: the stage process from spawn to exit (interpreter, imports and ~4-9 s of Dagster
@@ -77,6 +78,8 @@ SAMPLE_INTERVAL_S = 0.05
 STAGES: tuple[tuple[str, bool], ...] = (
     ("raw_documents", True),
     ("cleaned_documents", True),
+    ("dedup_signatures", True),
+    ("dedup_band_buckets", False),  # its 8 static partitions in one range run, as the CLI runs them
     ("deduplicated_documents", False),
     ("dataset_splits", False),
     ("tokenizer", False),
@@ -129,7 +132,12 @@ def stage_main(argv: list[str]) -> int:
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     # the resolved asset carries the resources the definitions bind (the pipeline resource reads
     # $PLATFORM_CONFIG), so none are passed again
-    result = dg.materialize([assets_def], partition_key=partition, instance=instance, raise_on_error=False)
+    # a statically partitioned stage without a partition: all its partitions in one range run (the CLI's way)
+    from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS
+
+    tags = ALL_BUCKETS_RUN_TAGS if partition is None and asset == "dedup_band_buckets" else None
+    result = dg.materialize([assets_def], partition_key=partition, instance=instance, raise_on_error=False,
+                            tags=tags)
     work, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     metadata: dict[str, Any] = {}
     for mat in result.asset_materializations_for_node(asset):

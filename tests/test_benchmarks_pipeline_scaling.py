@@ -64,7 +64,8 @@ def test_pipeline_scaling_tiny(corpus: Path, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
     expected = ["raw_documents[code]", "raw_documents[text]", "cleaned_documents[code]", "cleaned_documents[text]",
-                "deduplicated_documents", "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards"]
+                "dedup_signatures[code]", "dedup_signatures[text]", "dedup_band_buckets", "deduplicated_documents",
+                "dataset_splits", "tokenizer", "tokenized_documents", "packed_shards"]
     one, two = result["scales"]
     assert (one["scale"], two["scale"]) == (1, 2)
     for scale in (one, two):
