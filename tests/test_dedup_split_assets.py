@@ -1,15 +1,19 @@
 """deduplicated_documents and dataset_splits over stored outputs, through Dagster and directly."""
 
+import json
 import random
 import shutil
+from contextlib import contextmanager
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from platform_assets.dedup.band_partitions import bucket_keys
+from platform_assets.contracts import DEFAULT_IO
+from platform_assets.dedup.band_partitions import BUCKET_OF_FILE, bucket_keys
 from platform_assets.dedup.stage import DUPLICATES_FILE, EXCLUSIONS_FILE, SIGNATURES_FILE, deduplicate_outputs
 from platform_assets.defs.dataset_splits.assets import dataset_splits
 from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS, dedup_band_buckets
@@ -171,6 +175,9 @@ def _buckets(pipeline, instance) -> list[dict]:
     result = dg.materialize([dedup_band_buckets], tags=ALL_BUCKETS_RUN_TAGS, instance=instance,
                             resources={"pipeline": pipeline}, raise_on_error=False)
     assert result.success
+    (check,) = result.get_asset_check_evaluations()  # one evaluation per run, over every bucket it materialized
+    assert (check.check_name, check.passed, check.partition) == ("shared_keys_are_shared", True, None)
+    assert check.metadata["buckets_checked"].value == ", ".join(bucket_keys())
     # one materialization per bucket, from one run (Dagster emits them in no particular order)
     events = sorted(result.asset_materializations_for_node("dedup_band_buckets"), key=lambda m: m.partition)
     assert [m.partition for m in events] == bucket_keys()
@@ -196,6 +203,8 @@ def test_one_run_over_every_bucket_writes_the_bytes_of_one_run_per_bucket(pipeli
                                     resources={"pipeline": pipeline})
             (event,) = result.asset_materializations_for_node("dedup_band_buckets")
             assert event.partition == key
+            (check,) = result.get_asset_check_evaluations()  # a one-bucket run checks its bucket
+            assert check.passed and check.metadata["buckets_checked"].value == key
             per_bucket.append((event.metadata, event.tags["dagster/data_version"]))
         alone = _bucket_bytes(tmp / "out")
         shutil.rmtree(tmp / "out" / "dedup_band_buckets")
@@ -281,11 +290,110 @@ def test_cli_groups_every_bucket_in_one_run_with_one_summary_line(pipeline, corp
         assert sorted(r.partition_key for r in records) == bucket_keys() and {r.run_id for r in records} == {run.run_id}
         shared = sum(r.asset_materialization.metadata["shared_keys"].value for r in records)
         assert shared > 2 * 18 and capsys.readouterr().out.splitlines()[-1].split() == [
-            "buckets", "ok", "8", "partitions:", str(shared), "shared", "band", "keys"]
+            "buckets", "ok", "8", "partitions:", str(shared), "shared", "band", "keys", "1/1", "checks", "passed"]
+        # a bucket whose check fails is named failed (its materialization is recorded before the check)
+        with _damaged_bucket(monkeypatch, "b003", _key_held_by_one_document):
+            assert _run_band_buckets(defs(), instance, None) == ["buckets b003"]
+        line = capsys.readouterr().out.splitlines()[-1]
+        assert line.startswith("buckets          FAILED   8 partitions: ") and line.endswith(
+            " (failed: b003)  0/1 checks passed (failed: shared_keys_are_shared)")
         _write_docs(corpus[0] / "out", "forum", ["the forum cleaned again: " + _essay(random.Random(1))])
         assert _run_band_buckets(defs(), instance, None) == [f"buckets {k}" for k in bucket_keys()]
         assert capsys.readouterr().out.splitlines()[-1] == (
             "buckets          FAILED   8 partitions: none materialized (failed: " + ", ".join(bucket_keys()) + ")")
+
+
+def _key_held_by_one_document(docs, keys):
+    """A grouping bug: one more key, held by the first document alone."""
+    return np.append(docs, docs[0]), np.append(keys, keys.max() + 1)
+
+
+def _document_out_of_range(docs, keys):
+    """A numbering bug: the first pair names a document past every signature partition's rows."""
+    return np.concatenate([[10**6], docs[1:]]), keys
+
+
+@contextmanager
+def _damaged_bucket(monkeypatch, bucket: str, damage):
+    """Runs inside it group `bucket` into damaged (document, key) pairs (committed with the figures of
+    the damaged pairs, as a bug in the grouping would leave them); every other bucket as it is."""
+    import platform_assets.defs.dedup_band_buckets.assets as bucket_assets
+    from platform_assets.dedup.band_buckets import BandBuckets
+
+    group, shared_keys = bucket_assets.group_band_bucket, BandBuckets.shared_keys
+
+    def grouped(storage, key, *args, **kwargs):
+        if key != bucket:
+            return group(storage, key, *args, **kwargs)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(BandBuckets, "shared_keys", lambda self: damage(*shared_keys(self)))
+            return group(storage, key, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bucket_assets, "group_band_bucket", grouped)
+        yield
+
+
+def test_shared_keys_audit_passes_real_output_and_names_each_damage(corpus):
+    """audit_shared_keys over real bucket outputs, then over the same pairs damaged one way at a time."""
+    from platform_assets.dedup.band_partitions import _commit, group_band_bucket
+    from platform_assets.dedup.bucket_audit import audit_shared_keys
+    from platform_assets.dedup.settings import DedupSettings
+    from platform_assets.dedup.signature_partition import write_signature_partition
+
+    st, settings, io = Storage(str(corpus[0] / "out")), DedupSettings(), DEFAULT_IO
+    for source in ("web", "forum"):
+        write_signature_partition(st, f"cleaned_documents/{source}", f"keys/{source}", settings)
+    stages = [group_band_bucket(st, k, ["keys/web", "keys/forum"], f"buckets/{k}", settings) for k in bucket_keys()]
+    audits = [audit_shared_keys(st, s.rel, s.rows, s.shared_keys) for s in stages]
+    assert all(a.passed for a in audits) and {a.documents for a in audits} == {64}
+    assert sum(a.keys for a in audits) == sum(s.shared_keys for s in stages) > 2 * 18
+    real = max(stages, key=lambda s: s.rows)
+    table = pq.read_table(tmp_out := corpus[0] / "out" / real.rel)
+    record = json.loads((tmp_out / BUCKET_OF_FILE).read_text())
+    docs, keys = table["doc"].to_numpy(), table["key"].to_numpy()
+
+    def audit(docs, keys, shared_keys=None):
+        _commit(st, "damaged", record, docs, keys, io)
+        return audit_shared_keys(st, "damaged", len(docs), int(keys.max()) + 1 if shared_keys is None else shared_keys)
+
+    assert audit(docs, keys).passed  # the real pairs, committed again
+    once = audit(*_key_held_by_one_document(docs, keys))
+    assert (once.keys_held_by_one_document, once.problems) == (1, ("1 keys held by fewer than 2 documents",))
+    outside = audit(*_document_out_of_range(docs, keys))
+    assert outside.documents_out_of_range == 1 and outside.problems[0].startswith("1 document numbers outside 0..63")
+    negative = audit(np.where(docs == docs.max(), -1, docs), keys)
+    assert negative.documents_out_of_range == (docs == docs.max()).sum() and not negative.passed
+    gap = audit(docs, np.where(keys == 0, keys.max() + 1, keys), real.shared_keys)  # key 0 renumbered past the last
+    assert gap.problems == (f"keys not numbered 0..{real.shared_keys - 1} (1..{real.shared_keys})",)
+    twice = audit(np.append(docs, docs[0]), np.append(keys, keys[0]))
+    assert twice.duplicate_pairs == 1 and not twice.passed
+    assert audit(docs, keys, shared_keys=real.shared_keys + 1).problems == (
+        f"{real.shared_keys} keys written, {real.shared_keys + 1} reported",)
+
+
+@pytest.mark.parametrize("damage", [_key_held_by_one_document, _document_out_of_range])
+def test_shared_keys_check_blocks_a_damaged_bucket_alone_and_in_a_range_run(pipeline, monkeypatch, damage):
+    """A one-bucket run of the damaged bucket fails its blocking check; a range run over all 8 fails
+    the one evaluation, naming that bucket alone; the same runs pass undamaged."""
+    with dg.instance_for_test() as instance:
+        _signatures(pipeline, instance)
+        run = lambda **kw: dg.materialize([dedup_band_buckets], instance=instance,  # noqa: E731
+                                          resources={"pipeline": pipeline}, raise_on_error=False, **kw)
+        with _damaged_bucket(monkeypatch, "b005", damage):
+            for kw, checked in (({"partition_key": "b005"}, "b005"), ({"tags": ALL_BUCKETS_RUN_TAGS}, None)):
+                result = run(**kw)
+                assert not result.success
+                (check,) = result.get_asset_check_evaluations()
+                assert not check.passed and check.metadata["failed_buckets"].value == "b005"
+                assert check.metadata["buckets_checked"].value == (checked or ", ".join(bucket_keys()))
+                assert check.metadata["problems"].value.startswith("b005: 1 ")
+                failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+                assert "dedup_band_buckets: shared_keys_are_shared" in str(failure.event_specific_data.error.message)
+            assert run(partition_key="b004").success  # an undamaged bucket alone passes
+        for kw in ({"partition_key": "b005"}, {"tags": ALL_BUCKETS_RUN_TAGS}):
+            result = run(**kw)
+            assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
 
 
 def test_assets_materialize_with_metadata_and_passing_checks(pipeline, corpus):

@@ -9,7 +9,9 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from platform_assets.dedup.band_partitions import bucket_keys, group_band_bucket, uses_band_buckets
+from platform_assets.dedup.bucket_audit import audit_shared_keys
 from platform_assets.dedup.signature_partition import StaleSignaturesError, check_signature_partitions
+from platform_assets.defs.dedup_band_buckets.checks import BAND_BUCKET_CHECKS, shared_keys_check
 from platform_assets.defs.resources import PipelineResource
 from platform_assets.defs.stage_asset import TRANSIENT_RETRY, run_stage, stage_context, stage_result
 from platform_assets.layout import asset_dir
@@ -44,6 +46,7 @@ ALL_BUCKETS_RUN_TAGS = {ASSET_PARTITION_RANGE_START_TAG: bucket_keys()[0],
     partitions_def=band_bucket_partitions,
     backfill_policy=BAND_BUCKETS_BACKFILL_POLICY,
     deps=[dg.AssetDep(SIGNATURES, partition_mapping=dg.AllPartitionMapping())],
+    check_specs=BAND_BUCKET_CHECKS,  # one evaluation per run, over every bucket it materialized (checks.py)
     group_name="dedup",
     kinds={"parquet"},
     # each bucket follows the signature partitions by itself, as deduplicated_documents then follows it
@@ -71,7 +74,7 @@ def dedup_band_buckets(context: dg.AssetExecutionContext, pipeline: PipelineReso
         raise dg.Failure(str(err), allow_retries=False) from None
     # incremental: the documents earlier runs accepted are grouped too (deduplicated_documents' artifact)
     prior_rel = asset_dir("deduplicated_documents") if cfg.dedup.incremental else None
-    versions, shared = [], 0
+    versions, shared, audits = [], 0, []
     for key in sorted(buckets):
         out = replace(ctx, rel=asset_dir("dedup_band_buckets", key))
         stage = run_stage("dedup_band_buckets", lambda out=out, key=key: group_band_bucket(
@@ -84,9 +87,10 @@ def dedup_band_buckets(context: dg.AssetExecutionContext, pipeline: PipelineReso
                                    partition_key=key)
         versions.append((key, result.data_version.value))
         shared += stage.shared_keys
+        audits.append(audit_shared_keys(storage, out.rel, stage.rows, stage.shared_keys, cfg.io))
     if len(buckets) > 1:
         context.log.info(f"dedup_band_buckets: {len(buckets)} buckets in this run, {shared} shared keys")
-    return dg.MaterializeResult(data_version=_run_data_version(versions))
+    return dg.MaterializeResult(data_version=_run_data_version(versions), check_results=[shared_keys_check(audits)])
 
 
 def _run_data_version(versions: list[tuple[str, str]]) -> dg.DataVersion:
