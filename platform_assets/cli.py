@@ -237,12 +237,17 @@ def _run_band_buckets(definitions, instance, logs: dict | None) -> list[str]:
         instance=instance, raise_on_error=False, run_config=logs or {}, tags=ALL_BUCKETS_RUN_TAGS)
     done = {m.partition: m.metadata for m in result.asset_materializations_for_node("dedup_band_buckets")}
     # one step, whose events come at its end: a failure records none (those grouped before it are committed)
-    failed = [k for k in keys if k not in done]
+    missing = [k for k in keys if k not in done]
+    # a blocking check that fails comes after every materialization: the buckets its evaluation names failed
+    named = {b.strip() for c in result.get_asset_check_evaluations() if not c.passed
+             for b in str(c.metadata["failed_buckets"].value).split(",") if b.strip()}
+    failed = [k for k in keys if k in named or k in missing] or ([] if result.success else keys)
     shared = sum(int(m["shared_keys"].value) for m in done.values())
     notes = {str(m["note"].value) for m in done.values() if not m["used"].value}
     what = ("; ".join(sorted(notes)) or f"{shared} shared band keys") if done else "none materialized"
+    checks = f"  {_checks_summary(result)}" if done else ""
     print(f"{'buckets':<16} {'FAILED' if failed else 'ok':<8} {len(keys)} partitions: {what}"
-          + (f" (failed: {', '.join(failed)})" if failed else ""))
+          + (f" (failed: {', '.join(failed)})" if failed else "") + checks)
     return [f"buckets {k}" for k in failed]
 
 
