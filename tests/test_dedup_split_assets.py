@@ -370,6 +370,14 @@ def test_shared_keys_audit_passes_real_output_and_names_each_damage(corpus):
     assert twice.duplicate_pairs == 1 and not twice.passed
     assert audit(docs, keys, shared_keys=real.shared_keys + 1).problems == (
         f"{real.shared_keys} keys written, {real.shared_keys + 1} reported",)
+    # near dedup off: an empty output passes; pairs in it do not
+    off = DedupSettings(near={"enabled": False})
+    unused = group_band_bucket(st, "b000", ["keys/web", "keys/forum"], "unused", off)
+    assert audit_shared_keys(st, "unused", 0, 0).passed and not unused.used
+    record = json.loads((corpus[0] / "out" / "unused" / BUCKET_OF_FILE).read_text())
+    assert audit(docs, keys).problems == (f"{len(docs)} pairs in a bucket that records it grouped nothing",
+                                          f"{len(docs)} document numbers outside 0..-1 (the numbering of "
+                                          f"{BUCKET_OF_FILE})")
 
 
 @pytest.mark.parametrize("damage", [_key_held_by_one_document, _document_out_of_range])

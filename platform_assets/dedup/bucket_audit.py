@@ -60,37 +60,48 @@ def audit_shared_keys(storage: Storage, rel: str, reported_rows: int, reported_s
     record = storage.read_json(f"{rel}/{BUCKET_OF_FILE}")
     assert isinstance(record, dict)
     documents = bucket_numbering(record)
-    docs_parts, keys_parts = [], []
-    for batch in TableSource(storage, rel, io).batches(["doc", "key"]):
-        docs_parts.append(batch.column("doc").to_numpy())
-        keys_parts.append(batch.column("key").to_numpy())
-    doc = np.concatenate(docs_parts) if docs_parts else np.empty(0, np.int64)
-    key = np.concatenate(keys_parts) if keys_parts else np.empty(0, np.int64)
+    # read into arrays sized up front, each sorted copy freed once used: ~40 bytes a pair at the peak
+    # (2 M pairs: +76 MiB and 0.56 s; +167 MiB and 0.71 s with concatenated batches and np.unique's sort)
+    source = TableSource(storage, rel, io)
+    pairs = source.num_rows
+    doc, key = np.empty(pairs, np.int64), np.empty(pairs, np.int64)
+    at = 0
+    for batch in source.batches(["doc", "key"]):
+        doc[at:at + batch.num_rows] = batch.column("doc").to_numpy()
+        key[at:at + batch.num_rows] = batch.column("key").to_numpy()
+        at += batch.num_rows
     problems = []
-    if not record.get("used") and len(doc):
-        problems.append(f"{len(doc)} pairs in a bucket that records it grouped nothing")
+    if not record.get("used") and pairs:
+        problems.append(f"{pairs} pairs in a bucket that records it grouped nothing")
     out_of_range = int(((doc < 0) | (doc >= documents)).sum())
     if out_of_range:
         problems.append(f"{out_of_range} document numbers outside 0..{documents - 1} "
                         f"(the numbering of {BUCKET_OF_FILE})")
     # distinct (key, document) pairs, sorted by key: a key's documents are then one run of the sort
     order = np.lexsort((doc, key))
-    key_sorted, doc_sorted = key[order], doc[order]
-    new_pair = np.ones(len(key_sorted), bool)
-    new_pair[1:] = (key_sorted[1:] != key_sorted[:-1]) | (doc_sorted[1:] != doc_sorted[:-1])
-    duplicates = int(len(key_sorted) - new_pair.sum())
+    key, doc = key[order], doc[order]
+    del order
+    new_pair = np.ones(pairs, bool)
+    new_pair[1:] = (key[1:] != key[:-1]) | (doc[1:] != doc[:-1])
+    del doc
+    duplicates = int(pairs - new_pair.sum())
     if duplicates:
         problems.append(f"{duplicates} (document, key) pairs written twice")
-    distinct_keys, holders = np.unique(key_sorted[new_pair], return_counts=True)
+    pair_keys = key[new_pair]
+    del key, new_pair
+    first_of_key = np.flatnonzero(np.concatenate([[True], pair_keys[1:] != pair_keys[:-1]])) if pairs else \
+        np.empty(0, np.int64)
+    holders = np.diff(np.append(first_of_key, len(pair_keys)))  # distinct documents of each key
+    distinct = len(first_of_key)
     held_once = int((holders < 2).sum())
     if held_once:
         problems.append(f"{held_once} keys held by fewer than 2 documents")
-    if len(distinct_keys) and (distinct_keys[0] != 0 or distinct_keys[-1] != len(distinct_keys) - 1):
-        problems.append(f"keys not numbered 0..{len(distinct_keys) - 1} ({distinct_keys[0]}..{distinct_keys[-1]})")
-    if len(distinct_keys) != reported_shared_keys:
-        problems.append(f"{len(distinct_keys)} keys written, {reported_shared_keys} reported")
-    if len(doc) != reported_rows:
-        problems.append(f"{len(doc)} rows written, {reported_rows} reported")
-    return SharedKeysAudit(bucket=bucket, pairs=len(doc), keys=len(distinct_keys), documents=documents,
+    if distinct and (pair_keys[0] != 0 or pair_keys[-1] != distinct - 1):
+        problems.append(f"keys not numbered 0..{distinct - 1} ({pair_keys[0]}..{pair_keys[-1]})")
+    if distinct != reported_shared_keys:
+        problems.append(f"{distinct} keys written, {reported_shared_keys} reported")
+    if pairs != reported_rows:
+        problems.append(f"{pairs} rows written, {reported_rows} reported")
+    return SharedKeysAudit(bucket=bucket, pairs=pairs, keys=distinct, documents=documents,
                            keys_held_by_one_document=held_once, documents_out_of_range=out_of_range,
                            duplicate_pairs=duplicates, problems=tuple(problems))
