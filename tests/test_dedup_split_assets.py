@@ -229,43 +229,11 @@ def test_one_run_over_every_bucket_writes_the_bytes_of_one_run_per_bucket(pipeli
 def test_a_backfill_over_the_buckets_is_one_run(pipeline, corpus, monkeypatch):
     """Dagster's partition backfill (the daemon's iteration, in process) over every bucket: one run
     tagged with the range b000..b007 (the asset's single-run policy), each bucket materialized once by it."""
-    import logging
-    import sys
-    from pathlib import Path
+    from backfill_daemon import daemon_instance, run_backfill
 
-    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-    from dagster._core.remote_origin import InProcessCodeLocationOrigin
-    from dagster._core.test_utils import create_test_daemon_workspace_context
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
-    from dagster._daemon.backfill import execute_backfill_iteration
-
-    from platform_assets.definitions import defs
-
-    monkeypatch.setenv("PLATFORM_CONFIG", pipeline.config_path)  # the code location's pipeline resource reads it
-    origin = InProcessCodeLocationOrigin(
-        loadable_target_origin=LoadableTargetOrigin(executable_path=sys.executable,
-                                                     module_name="platform_assets.definitions",
-                                                     working_directory=str(Path(__file__).resolve().parents[1])),
-        location_name="platform_assets")
-    overrides = {"run_launcher": {"module": "dagster._core.launcher.sync_in_memory_run_launcher",
-                                  "class": "SyncInMemoryRunLauncher"},
-                 "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"}}
-    with dg.instance_for_test(overrides=overrides) as instance, \
-            create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget(origin), instance) as workspace:
+    with daemon_instance(monkeypatch, pipeline.config_path) as (instance, workspace):
         _signatures(pipeline, instance)
-        backfill = PartitionBackfill.from_asset_partitions(
-            backfill_id="buckets", asset_graph=defs().resolve_asset_graph(), partition_names=bucket_keys(),
-            asset_selection=[dg.AssetKey("dedup_band_buckets")], backfill_timestamp=0.0, tags={},
-            dynamic_partitions_store=instance, all_partitions=False, title=None, description=None,
-            run_config={"execution": {"config": {"in_process": {}}}})
-        instance.add_backfill(backfill)
-        for _ in range(10):
-            list(execute_backfill_iteration(workspace, logging.getLogger("backfill")))
-            if instance.get_backfill("buckets").status != BulkActionStatus.REQUESTED:
-                break
-        assert instance.get_backfill("buckets").status == BulkActionStatus.COMPLETED_SUCCESS
-        (run,) = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": "buckets"}))
+        (run,) = run_backfill(instance, workspace, "buckets", ["dedup_band_buckets"], bucket_keys())
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert (run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]) == (
             bucket_keys()[0], bucket_keys()[-1])

@@ -3,10 +3,8 @@ each bucket's files, raw/cleaned outputs whose union is the unsplit source's, de
 same documents, the sensor requesting only a changed file's bucket, the CLI's `run`, and a backfill."""
 
 import json
-import logging
 import os
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -282,42 +280,13 @@ def test_cli_run_materializes_every_bucket(runs, tmp_path, monkeypatch, capsys):
 
 def test_backfill_over_the_bucket_keys_runs_each_once(runs, tmp_path, monkeypatch):
     """Dagster's partition backfill (the daemon's iteration, in process) over the split source's keys."""
-    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-    from dagster._core.remote_origin import InProcessCodeLocationOrigin
-    from dagster._core.test_utils import create_test_daemon_workspace_context
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
-    from dagster._daemon.backfill import execute_backfill_iteration
-
-    from platform_assets.definitions import defs
+    from backfill_daemon import daemon_instance, run_backfill
 
     config = _config(tmp_path, runs["src"], 4)
-    monkeypatch.setenv("PLATFORM_CONFIG", str(config))  # the code location's pipeline resource reads it
-    origin = InProcessCodeLocationOrigin(
-        loadable_target_origin=LoadableTargetOrigin(executable_path=sys.executable,
-                                                     module_name="platform_assets.definitions",
-                                                     working_directory=str(Path(__file__).resolve().parents[1])),
-        location_name="platform_assets")
-    # runs launched as soon as the backfill submits them, each executed in this process before the next
-    overrides = {"run_launcher": {"module": "dagster._core.launcher.sync_in_memory_run_launcher",
-                                  "class": "SyncInMemoryRunLauncher"},
-                 "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"}}
-    with dg.instance_for_test(overrides=overrides) as instance, \
-            create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget(origin), instance) as workspace:
+    with daemon_instance(monkeypatch, config) as (instance, workspace):
         instance.add_dynamic_partitions(source_partitions.name, SPLIT_KEYS[:4])
-        backfill = PartitionBackfill.from_asset_partitions(
-            backfill_id="filerange", asset_graph=defs().resolve_asset_graph(), partition_names=SPLIT_KEYS[:4],
-            asset_selection=[dg.AssetKey("raw_documents"), dg.AssetKey("cleaned_documents")],
-            backfill_timestamp=0.0, tags={}, dynamic_partitions_store=instance, all_partitions=False,
-            # steps in the run's process: the default multiprocess executor's 8 step processes cost ~60 s here
-            title=None, description=None, run_config={"execution": {"config": {"in_process": {}}}})
-        instance.add_backfill(backfill)
-        for _ in range(10):
-            list(execute_backfill_iteration(workspace, logging.getLogger("backfill")))
-            if instance.get_backfill("filerange").status != BulkActionStatus.REQUESTED:
-                break
-        assert instance.get_backfill("filerange").status == BulkActionStatus.COMPLETED_SUCCESS
-        runs_done = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": "filerange"}))
+        runs_done = run_backfill(instance, workspace, "filerange", ["raw_documents", "cleaned_documents"],
+                                 SPLIT_KEYS[:4])
         assert sorted(r.tags["dagster/partition"] for r in runs_done) == SPLIT_KEYS[:4]
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs_done)
     assert _union(tmp_path / "out", "cleaned_documents", SPLIT_KEYS[:4]) == \
