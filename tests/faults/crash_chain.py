@@ -31,6 +31,8 @@ from platform_assets.contracts import MANIFEST_FILE
 from platform_assets.defs.cleaned_documents.assets import cleaned_documents
 from platform_assets.defs.dataset_splits.assets import dataset_splits
 from platform_assets.defs.dataset_version.assets import dataset_version
+from platform_assets.defs.dedup_band_buckets.assets import ALL_BUCKETS_RUN_TAGS, dedup_band_buckets
+from platform_assets.defs.dedup_signatures.assets import dedup_signatures
 from platform_assets.defs.deduplicated_documents.assets import deduplicated_documents
 from platform_assets.defs.packed_shards.assets import packed_shards
 from platform_assets.defs.raw_documents.assets import raw_documents
@@ -44,9 +46,9 @@ from platform_assets.storage import FAULT_KILL_AT_ENV
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("py", "kernel")
 ASSETS: dict[str, dg.AssetsDefinition] = {a.key.to_user_string(): a for a in (
-    raw_documents, cleaned_documents, deduplicated_documents, dataset_splits, tokenizer, tokenized_documents,
-    packed_shards, dataset_version, training_run)}
-PARTITIONED = ("raw_documents", "cleaned_documents")
+    raw_documents, cleaned_documents, dedup_signatures, dedup_band_buckets, deduplicated_documents, dataset_splits,
+    tokenizer, tokenized_documents, packed_shards, dataset_version, training_run)}
+PARTITIONED = ("raw_documents", "cleaned_documents", "dedup_signatures")
 # Real prose shipped with the repo (sample_data/), which passes the default cleaning recipe: v1 holds
 # 12 + 8 documents, v2 18 + 12 (~150 kB of text; the whole chain builds in ~6 s on 2 cores).
 CORPUS_SIZES = {"v1": {"py": 12, "kernel": 8}, "v2": {"py": 18, "kernel": 12}}
@@ -132,9 +134,11 @@ class project_instance:  # noqa: N801 - used as a context manager, like dg.insta
 
 
 def materialize(project: Project, asset: str, partition: str | None = None) -> ExecuteInProcessResult:
+    """One run of `asset` (of one partition; the band buckets without one: all 8 in one run, as the CLI)."""
+    tags = ALL_BUCKETS_RUN_TAGS if asset == "dedup_band_buckets" and partition is None else None
     with project_instance(project) as instance:
         return dg.materialize([ASSETS[asset]], partition_key=partition, resources=project.resources(),
-                              instance=instance, raise_on_error=False)
+                              instance=instance, raise_on_error=False, tags=tags)
 
 
 def build_chain(project: Project, until: str = "dataset_version") -> None:

@@ -40,7 +40,8 @@ SIGKILLED = -signal.SIGKILL
 # and which complete output a reader finds after a kill there: the previous one until the swap, the new
 # one from the swap on. `writing` dies midway: one file of the output written, the next being opened.
 COMMIT_POINTS = (("writing", "old"), ("staged", "old"), ("manifest-written", "old"), ("commit-swapped", "new"))
-STAGED_ASSETS = [("raw_documents", "py"), ("cleaned_documents", "kernel"), ("deduplicated_documents", None),
+STAGED_ASSETS = [("raw_documents", "py"), ("cleaned_documents", "kernel"), ("dedup_signatures", "kernel"),
+                 ("dedup_band_buckets", "b000"), ("deduplicated_documents", None),
                  ("dataset_splits", None), ("tokenizer", None), ("tokenized_documents", None),
                  ("packed_shards", None)]
 

@@ -340,9 +340,9 @@ def test_a_planted_secret_reaches_no_output_event_log_metadata_or_card(project, 
         metadata = [repr(r.asset_materialization.metadata) for key in instance.get_asset_keys()
                     for r in instance.fetch_materializations(key, limit=100).records]
         logs = [repr(e) for run in instance.get_runs() for e in instance.all_logs(run.run_id)]
-    # the probe, 2 sources x (raw, cleaned), dedup, splits, tokenizer, tokenized, packed and media shards,
-    # dataset_version
-    assert len(metadata) == 12 and len(logs) > 100
+    # the probe, 2 sources x (raw, cleaned, dedup_signatures), the 8 band buckets, dedup, splits, tokenizer,
+    # tokenized, packed and media shards, dataset_version
+    assert len(metadata) == 1 + 2 * 3 + 8 + 7 and len(logs) > 100
     assert "RUN_SUCCESS" in log_file.read_text()
     card = next((root / "data" / "platform" / "dataset_version").rglob("*.md"))
     assert "dataset" in card.read_text().lower()
