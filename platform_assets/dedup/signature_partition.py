@@ -135,8 +135,7 @@ def ids_digest(batches: Iterator[pa.RecordBatch]) -> tuple[int, str]:
     h = xxhash.xxh3_128()
     rows = 0
     for batch in batches:
-        for value in batch.column("id").to_pylist():
-            h.update(value.encode())
-            h.update(b"\x00")
+        if batch.num_rows:  # each id then a NUL, hashed as one buffer per batch (one update per id: ~1 s a million)
+            h.update("\x00".join(batch.column("id").to_pylist()).encode() + b"\x00")
         rows += batch.num_rows
     return rows, h.hexdigest()
