@@ -8,7 +8,6 @@ import pyarrow.compute as pc
 from platform_assets.charts import bar_chart_markdown
 from platform_assets.contracts import DUPLICATES_FILE, EXCLUSIONS_FILE, MANIFEST_FILE, PART_GLOB, SIGNATURES_FILE
 from platform_assets.dedup.band_partitions import bucket_keys
-from platform_assets.dedup.signature_partition import StaleSignaturesError, check_signature_partitions
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.defs.deduplicated_documents.checks import DEDUP_CHECKS, evaluate_dedup_checks
 from platform_assets.defs.metadata import arrow_table, counts_table
@@ -64,12 +63,8 @@ def deduplicated_documents(context: dg.AssetExecutionContext, pipeline: Pipeline
                          "(materialize those partitions first, or remove the sources)", allow_retries=False)
     keys = [ctx.input_dir(SIGNATURES, k) for k in cfg.partition_keys()]
     buckets = [ctx.input_dir(BUCKETS, b) for b in bucket_keys()]
-    try:
-        check_signature_partitions(storage, list(zip(inputs, keys, strict=True)), cfg.dedup)
-    except StaleSignaturesError as err:
-        raise dg.Failure(str(err), allow_retries=False) from None
-    # a missing or stale bucket partition is a StaleBandBucketsError: a ValueError, so a Failure naming
-    # them without retries (run_stage)
+    # a missing or stale signature or bucket partition: deduplicate_outputs raises StaleSignaturesError or
+    # StaleBandBucketsError naming them, ValueErrors that run_stage makes a Failure without retries
     stage = run_stage("deduplicated_documents", lambda: deduplicate_outputs(
         storage, inputs, rel, cfg.dedup, cfg.io, signature_dirs=keys, bucket_dirs=buckets))
     result = stage.result
