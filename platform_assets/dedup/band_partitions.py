@@ -52,7 +52,7 @@ from platform_assets.storage import Storage
 
 __all__ = ["BAND_BUCKET_PARTITIONS", "BUCKET_OF_FILE", "BandBucketResult", "BandRecordSplitter",
            "StaleBandBucketsError", "band_fingerprint", "bucket_keys", "bucket_problem", "check_band_buckets",
-           "group_band_bucket", "live_band_keys", "signature_rows", "uses_band_buckets"]
+           "group_band_bucket", "keys_settings_problem", "live_band_keys", "signature_rows", "uses_band_buckets"]
 
 BAND_BUCKET_PARTITIONS = 8
 BUCKET_OF_FILE = "_bucket_of.json"
@@ -77,6 +77,17 @@ def band_fingerprint(settings: DedupSettings, n: int = BAND_BUCKET_PARTITIONS) -
         return None
     bands, rows = lsh_shape(settings.near)
     return {"bands": bands, "rows": rows, "sub_buckets": settings.near.storage.partitions, "bucket_partitions": n}
+
+
+def keys_settings_problem(record: dict[str, Any], settings: DedupSettings) -> str | None:
+    """Why keys whose `_keys_of.json` is `record` were not computed under `settings` (None: they were)."""
+    found, expected = record.get("fingerprint") or {}, keys_fingerprint(settings)
+    if found != expected:
+        differ = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
+        return f"computed with other dedup settings ({', '.join(differ)} differ)"
+    if record.get("bands") != band_fingerprint(settings):  # the LSH shape, sub-buckets, or the storage
+        return "computed with other dedup settings (band records differ)"
+    return None
 
 
 def signature_rows(storage: Storage, keys_rel: str) -> int:
@@ -170,10 +181,8 @@ def group_band_bucket(
                                 used=False, reason=reason, records=0, documents_with_shared_keys=0, shared_keys=0)
     bands, rows = shape["bands"], shape["rows"]
     for keys_rel in keys_dirs:  # records of another LSH shape would be grouped as garbage
-        made = storage.read_json(f"{keys_rel}/{KEYS_OF_FILE}")
-        if made.get("fingerprint") != base["fingerprint"] or made.get("bands") != shape:
-            raise StaleBandBucketsError(f"{keys_rel} (computed with other dedup settings): materialize that "
-                                        "dedup_signatures partition again")
+        if why := keys_settings_problem(storage.read_json(f"{keys_rel}/{KEYS_OF_FILE}"), settings):
+            raise StaleBandBucketsError(f"{keys_rel} ({why}): materialize that dedup_signatures partition again")
     prior, prior_record = _prior(storage, prior_rel, settings)
     spill = SpillDir(settings.near.storage.spill_dir)
     try:

@@ -28,7 +28,12 @@ import pyarrow as pa
 import xxhash
 
 from platform_assets.contracts import DEFAULT_IO, MANIFEST_FILE, IOSettings, StageResult
-from platform_assets.dedup.band_partitions import BandRecordSplitter, band_fingerprint, uses_band_buckets
+from platform_assets.dedup.band_partitions import (
+    BandRecordSplitter,
+    band_fingerprint,
+    keys_settings_problem,
+    uses_band_buckets,
+)
 from platform_assets.dedup.document_keys import KEYS_OF_FILE, DocumentKeyer, keys_fingerprint, signature_matrix
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
@@ -110,13 +115,7 @@ def signature_problem(storage: Storage, input_rel: str, keys_rel: str, settings:
         return f"{KEYS_OF_FILE} is not an object"
     if record.get("input_version") != storage.output_version(input_rel):
         return f"stale (computed from another version of {input_rel})"
-    if record.get("fingerprint") != keys_fingerprint(settings):
-        found, expected = record.get("fingerprint") or {}, keys_fingerprint(settings)
-        differ = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
-        return f"computed with other dedup settings ({', '.join(differ)} differ)"
-    if record.get("bands") != band_fingerprint(settings):  # the LSH shape, sub-buckets, or the storage
-        return "computed with other dedup settings (band records differ)"
-    return None
+    return keys_settings_problem(record, settings)
 
 
 def check_signature_partitions(storage: Storage, pairs: Sequence[tuple[str, str]], settings: DedupSettings) -> None:
