@@ -5,8 +5,10 @@ The CLI's main job runs every stage in one process (`execute_in_process`), so wh
 its next call stays resident through the rest of the run unless someone drops it. A module that keeps
 such a cache registers its release function with the stages that keep it; `stage_context` (every stage
 asset's first call) releases the caches that the starting stage does not keep. The per-source job runs
-raw_documents and cleaned_documents for each source in turn, so a cleaning cache is kept by both: it
-is loaded once for all sources, not once per source (py3langid's model: ~0.4 s each).
+raw_documents, cleaned_documents and dedup_signatures for each source in turn, so a cleaning cache is
+kept by all three (PER_SOURCE_STAGES): it is loaded once for all sources, not once per source
+(py3langid's model: ~0.4 s; cleaning's forkserver: ~1.2 CPU-s to start, measured on the end-to-end
+benchmark's two sources when dedup_signatures still stopped it between them).
 
 Registered: py3langid's model, loaded in the main process when cleaned_documents cleans there (a
 source of one slice, as every source of the sample), was held through dedup, splits, tokenize and
@@ -19,6 +21,10 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+
+# The assets of the per-source job (defs/pipeline/jobs.py PER_SOURCE_ASSETS; a test keeps them equal),
+# in the order it runs them for each source
+PER_SOURCE_STAGES = frozenset({"raw_documents", "cleaned_documents", "dedup_signatures"})
 
 _RELEASES: dict[str, tuple[frozenset[str], Callable[[], bool]]] = {}
 

@@ -122,8 +122,8 @@ def release_model() -> bool:
         return held
 
 
-# kept through the per-source job's ingest and cleaning of every source, dropped when a later stage starts
-stage_caches.register("language model", frozenset({"raw_documents", "cleaned_documents"}), release_model)
+# kept through the per-source job's stages for every source, dropped when a corpus stage starts
+stage_caches.register("language model", stage_caches.PER_SOURCE_STAGES, release_model)
 
 
 class LanguageIdentifier:

@@ -8,9 +8,9 @@ workers with `spawn`, 1.5 with the forkserver, its own start included; the same 
 forkserver is a fresh single-threaded interpreter, started once per process on first use, which
 imports `worker_preload` and then forks each worker: the workers share its pages copy-on-write.
 
-It stays up while ingest and cleaning run (the per-source job alternates them for every source) and
-is stopped when another stage starts (stage_caches), so the one-process CLI run does not carry it
-(~250 MB resident) through dedup, tokenize and packing. Where the platform has no forkserver
+It stays up while the per-source job's stages run (ingest, cleaning and dedup keys, for every source in
+turn) and is stopped when a corpus stage starts (stage_caches), so the one-process CLI run does not
+carry it (~250 MB resident) through dedup, tokenize and packing. Where the platform has no forkserver
 (Windows), workers are spawned as before.
 """
 
@@ -47,7 +47,7 @@ def stop_forkserver() -> bool:
     return True
 
 
-stage_caches.register("cleaning forkserver", frozenset({"raw_documents", "cleaned_documents"}), stop_forkserver)
+stage_caches.register("cleaning forkserver", stage_caches.PER_SOURCE_STAGES, stop_forkserver)
 # and at exit, so that this process reaps it: its CPU, and that of the workers it reaped, then counts in
 # this process's children's time (wait4, `time`, the benchmarks); an orphaned server would take the
 # workers' CPU with it to init (without a server running, nothing to do)

@@ -1,6 +1,6 @@
 """Cleaning's workers are forked from a forkserver that has loaded the stage, the compiled kernels and
 py3langid's model (worker_pool.py): a worker starts with them in memory, and the server is stopped when a
-stage other than ingest or cleaning starts."""
+stage other than the per-source job's starts."""
 
 import multiprocessing
 import resource
@@ -41,13 +41,15 @@ def test_a_worker_starts_with_the_kernels_and_the_model_loaded():
     assert _forkserver_pid() is not None
 
 
-def test_the_forkserver_is_kept_by_ingest_and_cleaning_and_stopped_by_another_stage():
+def test_the_forkserver_is_kept_by_the_per_source_stages_and_stopped_by_another_stage():
     with ProcessPoolExecutor(1, mp_context=worker_pool.worker_context()) as pool:
         pool.submit(_what_a_worker_has).result()
     pid = _forkserver_pid()
     assert pid is not None
     assert "cleaning forkserver" not in stage_caches.release_other_stages("raw_documents")
     assert "cleaning forkserver" not in stage_caches.release_other_stages("cleaned_documents")
+    # the per-source job runs dedup_signatures between one source's cleaning and the next source's
+    assert "cleaning forkserver" not in stage_caches.release_other_stages("dedup_signatures")
     assert _forkserver_pid() == pid
     assert "cleaning forkserver" in stage_caches.release_other_stages("tokenized_documents")
     assert _forkserver_pid() is None

@@ -28,6 +28,16 @@ def test_a_stage_keeps_the_caches_it_shares_and_drops_the_others(monkeypatch):
     assert stage_caches.release_other_stages("stage_c") == ["a"]
 
 
+def test_the_caches_kept_between_sources_are_kept_by_every_stage_of_the_per_source_job():
+    """The per-source job runs its stages for one source, then for the next: a cache its first stage
+    needs, released by a later one of them, would be loaded again for every source."""
+    from platform_assets.definitions import defs
+    from platform_assets.defs.pipeline.jobs import PER_SOURCE_ASSETS
+
+    selected = {key.to_user_string() for key in PER_SOURCE_ASSETS.resolve(defs().resolve_asset_graph())}
+    assert selected == stage_caches.PER_SOURCE_STAGES
+
+
 # A fresh interpreter: in the suite's long-lived process (1.6 GB by then) glibc's dynamic mmap threshold
 # has grown, so the model's arrays came from the heap and freeing them showed 54 of the ~120 MB in RSS.
 # The stage start releases, then trims the heap (stage_context), as here.
