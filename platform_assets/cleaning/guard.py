@@ -30,7 +30,9 @@ class Guard(Step):
 
     def __init__(self, settings: GuardSettings | None = None):
         self.settings = settings or GuardSettings()
-        guard_scan.load()  # the kernel from numba's cache here, not in the first batch
+
+    def load(self) -> None:
+        guard_scan.load()
 
     def __call__(self, batch: pa.RecordBatch) -> StepResult:
         started = time.perf_counter()

@@ -302,10 +302,12 @@ class LanguageFilter(DocumentStep):
         self.settings = settings
         self.allow = AllowList(settings.allow) if settings.allow is not None else None
         self.identifier = LanguageIdentifier(settings.max_chars, settings.fold_macrolanguages)
-        # the compiled walk and script pass with their tables (~0.2 s from numba's cache), here rather
-        # than in the first batch; the model itself stays lazy (see LanguageIdentifier._m)
-        load_script_tables()
         self._longest_band = max(settings.min_score_by_words, default=0)
+
+    def load(self) -> None:
+        # the compiled walk and script pass with their tables (~0.2 s from numba's cache); the model
+        # itself stays lazy (see LanguageIdentifier._m)
+        load_script_tables()
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any]:
         predictions = self.identifier.predict_many(texts)

@@ -324,7 +324,9 @@ class Normalize(DocumentStep):
     def __init__(self, settings: NormalizeSettings | None = None, **kwargs):
         super().__init__(**kwargs)
         self.settings = settings or NormalizeSettings()
-        load()  # the scan's table and kernel (from numba's cache) here, not in the first document
+
+    def load(self) -> None:
+        load()  # the scan's table and kernel
 
     rewrites_messages = True  # what trains on a chat document is its messages: same normalisation
 

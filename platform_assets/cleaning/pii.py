@@ -221,7 +221,6 @@ class Redactor:
             ("PHONE", _PHONE_RE, _phone_ok, DigitChain(1), 0),
         ]
         self.detectors = [d for d in detectors if d[0] in enabled]
-        pii_digits.load()  # its tables and kernel here, not in the first document
 
     def _ip_ok(self, m: re.Match[str]) -> bool:
         try:
@@ -338,6 +337,9 @@ class PiiRedact(DocumentStep):
         settings = settings or PiiSettings()
         super().__init__(modalities=settings.modalities, **kwargs)
         self.redactor = Redactor(settings)
+
+    def load(self) -> None:
+        pii_digits.load()  # the digit-chain pass's tables and kernel
 
     rewrites_messages = True  # a chat document's messages are what trains: redact them too
 

@@ -299,3 +299,37 @@ def test_a_funnel_that_does_not_add_up_raises_even_under_python_O():
     with pytest.raises(FunnelError,
                        match="guard: docs in 10 != out 9 \\+ removed 0.*pii: docs in 8 != guard's docs out 9"):
         broken.check()
+
+
+_LOAD_ON_FIRST_BATCH = """
+import json
+import sys
+
+from platform_assets.cleaning import build_pipeline
+from platform_assets.schema import DOCUMENTS_SCHEMA
+import pyarrow as pa
+
+pipeline = build_pipeline()
+schema = pipeline.output_schema(DOCUMENTS_SCHEMA)
+built = "numba" in sys.modules
+batch = pa.RecordBatch.from_pylist(
+    [{"id": "a", "source": "s", "text": sys.argv[1], "modality": "text"}], schema=DOCUMENTS_SCHEMA)
+result = pipeline.process_batch(batch)
+print(json.dumps({"numba_when_built": built, "numba_after_a_batch": "numba" in sys.modules,
+                  "kept": result.kept.num_rows, "columns": len(schema)}))
+"""
+
+
+def test_a_pipeline_loads_its_kernels_on_its_first_batch_not_when_built():
+    """The cleaning stage's parent builds a pipeline for its step names and output schema while the
+    workers clean: building it must not import numba and load the kernels (~0.9 CPU-s for two sources)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LOAD_ON_FIRST_BATCH, PROSE], capture_output=True, text=True,
+                          timeout=300, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"numba_when_built": False, "numba_after_a_batch": True, "kept": 1,
+                      "columns": result["columns"]}
+    assert result["columns"] > len(DOCUMENTS_SCHEMA)  # the steps' added columns, from the unloaded pipeline

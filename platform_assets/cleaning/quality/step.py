@@ -46,6 +46,8 @@ class QualityStep(DocumentStep):
         super().__init__(on_error=on_error)
         self.rule_sets = [r if isinstance(r, RuleSet) else rule_set(r) for r in rule_sets]
         self.reads_meta = any(r.reads_meta for r in self.rule_sets)
+
+    def load(self) -> None:
         from platform_assets.cleaning.quality import (  # numba: where rules run
             array_vocab,
             kernels,
@@ -53,10 +55,8 @@ class QualityStep(DocumentStep):
             ngram_kernels,
         )
 
-        kernels.load()  # once per process, here rather than in the first document's time
-        ngram_kernels.load()
-        line_stats.load()
-        array_vocab.load()
+        for module in (kernels, ngram_kernels, line_stats, array_vocab):
+            module.load()
 
     def rule(self, local: str) -> str:
         # rule sets already name their rules "<preset>.<check>"
