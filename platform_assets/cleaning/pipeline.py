@@ -235,11 +235,15 @@ class CleaningPipeline:
                 schema = schema.set(i, f) if i >= 0 else schema.append(f)
         return schema
 
-    def process_batch(self, batch: pa.RecordBatch) -> CleaningResult:
-        if not self._loaded:  # the steps' kernels, outside their timing (Step.load)
+    def load(self) -> None:
+        """Load the steps' kernels (Step.load), once; the first batch does if nobody did before."""
+        if not self._loaded:
             for step in self.steps:
                 step.load()
             self._loaded = True
+
+    def process_batch(self, batch: pa.RecordBatch) -> CleaningResult:
+        self.load()  # outside the steps' timing
         by_step: list[pa.RecordBatch | None] = []
         stats = []
         for step in self.steps:
