@@ -62,7 +62,8 @@ def write_table(staged: StagedDir, name: str, table: pa.Table, compression: str 
 
 class PartWriter:
     def __init__(self, staged: StagedDir, schema: pa.Schema, compression: str = "zstd",
-                 part_max_bytes: int = 512 * 2**20, prefix: str = "part", part_max_rows: int | None = None):
+                 part_max_bytes: int = 512 * 2**20, prefix: str = "part", part_max_rows: int | None = None,
+                 write_behind: bool = True):
         self.schema = schema
         self._prefix = prefix
         self.parts: list[str] = []
@@ -75,13 +76,16 @@ class PartWriter:
         self._part_rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._sink = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer")
+        # write_behind: a batch is encoded in this writer's thread while the caller prepares the next
+        # (two batches in memory); without, `write` encodes it before returning (one batch)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer") if write_behind else None
         self._pending: Future[None] | None = None
 
     @classmethod
-    def with_io(cls, staged: StagedDir, schema: pa.Schema, io: IOSettings, prefix: str = PART_PREFIX) -> PartWriter:
+    def with_io(cls, staged: StagedDir, schema: pa.Schema, io: IOSettings, prefix: str = PART_PREFIX,
+                write_behind: bool = True) -> PartWriter:
         """A writer with the `io:` section's compression and part bounds."""
-        return cls(staged, schema, io.compression, io.part_max_bytes, prefix, io.part_max_rows)
+        return cls(staged, schema, io.compression, io.part_max_bytes, prefix, io.part_max_rows, write_behind)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
@@ -102,7 +106,10 @@ class PartWriter:
             self._part_bytes = self._part_rows = 0
         self._part_bytes += batch.nbytes
         self._part_rows += batch.num_rows
-        self._pending = self._pool.submit(self._writer.write_batch, batch)
+        if self._pool is None:
+            self._writer.write_batch(batch)
+        else:
+            self._pending = self._pool.submit(self._writer.write_batch, batch)
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -121,11 +128,13 @@ class PartWriter:
         try:
             self._close_part()
         finally:
-            self._pool.shutdown(wait=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
         return self.parts
 
     def abort(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> PartWriter:
         return self
@@ -330,9 +339,10 @@ class TableSink:
         self._main = self.part_writer(self.schema)
         return self
 
-    def part_writer(self, schema: pa.Schema, prefix: str = PART_PREFIX) -> PartWriter:
-        """Another stream of parts in the same output (e.g. one per (split, source)), closed with it."""
-        writer = PartWriter.with_io(self.staged, schema, self.io, prefix)
+    def part_writer(self, schema: pa.Schema, prefix: str = PART_PREFIX, write_behind: bool = True) -> PartWriter:
+        """Another stream of parts in the same output (e.g. one per (split, source)), closed with it;
+        `write_behind`: see PartWriter."""
+        writer = PartWriter.with_io(self.staged, schema, self.io, prefix, write_behind)
         self._writers.append(writer)
         return writer
 
