@@ -11,6 +11,7 @@ one-row batches (2x slower than one batch).
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,11 +109,14 @@ def input_groups(units: list[InputUnit], settings: IngestSettings) -> list[list[
 
 def _ingest_group(
     out: TableSink, cfg: SourcePlan, name: str, index: int, group: list[InputUnit], parse_threads: bool,
-    tracker: Tracker,
+    tracker: Tracker, encode_lock: threading.Lock | None,
 ) -> tuple[WriteStats, QuarantineSink]:
+    """`encode_lock`: None for a group read alone (its writer thread encodes a batch while the next
+    block is parsed); else the lock the groups read at once share, each encoding its batches itself."""
     quarantine = QuarantineSink(name)
-    parts = out.part_writer(DOCUMENTS_SCHEMA, f"{PART_PREFIX}-{index:05d}")
-    with DocumentWriter(parts, name, cfg.source(name).license, cfg.io, id_root=source_root(cfg, name)) as writer:
+    parts = out.part_writer(DOCUMENTS_SCHEMA, f"{PART_PREFIX}-{index:05d}", write_behind=encode_lock is None)
+    with DocumentWriter(parts, name, cfg.source(name).license, cfg.io, id_root=source_root(cfg, name),
+                        write_lock=encode_lock) as writer:
         for unit in group:
             pending = 0  # documents not yet reported
             for rec in unit.read(quarantine, parse_threads):
@@ -143,14 +147,22 @@ def ingest_source(
     groups = input_groups(units, cfg.ingest)
     with TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
         workers = min(cfg.ingest.parallel_files, len(groups))
-        # Each group in flight keeps ~2 threads busy (parse, then compression in its writer thread);
-        # a reader may add parse threads only while that leaves cores idle.
+        # A group alone keeps ~2 threads busy (parse, then compression in its writer thread); a
+        # reader may add parse threads only while that leaves cores idle.
         parse_threads = 2 * workers < _usable_cores()
+        # Groups read at once encode their batches in their own threads, one group at a time, so
+        # together they hold one encode and one parse (or parsed batch) per other group, as a group
+        # alone holds one encode and one parse. Each with its own writer thread they held an encode
+        # and a parse each: a source's peak stepped up where it first spanned two groups
+        # (pipeline_scaling base 32 MB, 8 MiB batches, text source: 327 / 332 MB at 1x / 4x, one group;
+        # 367 at 16x, two at once; 345-349 with the lock, 338-339 with file_io's early page release
+        # too). The same CPU (1.50 vs 1.55 s in process on that 16x source).
+        encode_lock = threading.Lock() if workers > 1 else None
 
         # documents read; input bytes of the files done, out of all (the ETA)
         with track("read", unit="documents", total_bytes=sum(u.size for u in units)) as tracker:
             def run(indexed: tuple[int, list[InputUnit]]) -> tuple[WriteStats, QuarantineSink]:
-                return _ingest_group(out, cfg, name, indexed[0], indexed[1], parse_threads, tracker)
+                return _ingest_group(out, cfg, name, indexed[0], indexed[1], parse_threads, tracker, encode_lock)
 
             if workers <= 1:
                 results = [run(g) for g in enumerate(groups)]

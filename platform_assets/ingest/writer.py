@@ -2,13 +2,16 @@
 
 Rows accumulate until `io.batch_rows` rows or `io.batch_bytes` of payload (text + media bytes), then
 become one Arrow record batch (= one Parquet row group) with ids computed from the Arrow text buffer;
-`PartWriter` compresses it in a background thread, so peak memory is about two batches (2 x 64 MiB
-of payload by default) plus the reader's buffers.
+`PartWriter` compresses it in a background thread (a group read alone) or in the caller's (groups read
+at once, one encode at a time: ingest/run.py), so peak memory is about two batches (2 x 64 MiB of
+payload by default) plus the reader's buffers.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -34,8 +37,12 @@ class WriteStats(Counts):
 
 
 class DocumentWriter:
-    def __init__(self, parts: PartWriter, source: str, license: str | None, io: IOSettings, id_root: str = ""):
+    def __init__(self, parts: PartWriter, source: str, license: str | None, io: IOSettings, id_root: str = "",
+                 write_lock: threading.Lock | None = None):
+        """`write_lock`: held while a batch is handed to `parts` (ingest/run.py: groups read at once
+        encode one at a time)."""
         self._source = source
+        self._write_lock = write_lock if write_lock is not None else nullcontext()
         # Ids hash the location relative to the source's root (`docs/a.jsonl#line=3`, not
         # `/home/me/corpus/docs/a.jsonl#line=3`): the same corpus gives the same ids, hence the same
         # splits and the same dataset version, wherever it is checked out. `uri` keeps the full path.
@@ -108,7 +115,8 @@ class DocumentWriter:
         for entry in pc.value_counts(batch.column("modality")).to_pylist():
             self.stats.modalities[entry["values"]] += entry["counts"]
         self.stats.text_bytes += text_bytes  # payload: text, plus media bytes for media records
-        self._parts.write(batch)
+        with self._write_lock:
+            self._parts.write(batch)
 
     def close(self) -> WriteStats:
         self._flush()

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from platform_assets.ingest.chat import ChatFields, chat_record
-from platform_assets.ingest.file_io import block_lines, iter_line_blocks, iter_mapped_line_blocks
+from platform_assets.ingest.file_io import MappedLineBlocks, block_lines, iter_line_blocks
 from platform_assets.ingest.readers.fields import Rejected, extract_text, meta_json
 from platform_assets.ingest.readers.meta_columns import meta_json_column
 from platform_assets.ingest.records import ReadContext, Record, RecordBlock
@@ -132,8 +132,8 @@ def read_jsonl(
     mtime = ctx.mtime(file.mtime_s)
     fast = fast and chat is None and _is_utf8(ctx.encoding)
     parser = ArrowJsonBlockParser(text_field, meta_fields, ctx.parse_threads) if fast else None
-    blocks = (iter_mapped_line_blocks(stream, ctx.max_document_bytes) if isinstance(stream, mmap.mmap)
-              else iter_line_blocks(stream, ctx.max_document_bytes))
+    mapped = MappedLineBlocks(stream, ctx.max_document_bytes) if isinstance(stream, mmap.mmap) else None
+    blocks = mapped if mapped is not None else iter_line_blocks(stream, ctx.max_document_bytes)
     for first, block, n_lines in blocks:
         if block is None:
             length = n_lines
@@ -141,6 +141,9 @@ def read_jsonl(
                                f"line of {length} bytes > {ctx.max_document_bytes}")
             continue
         table = parser.parse(block, n_lines) if parser is not None else None
+        lines = block_lines(bytes(block)) if table is None else None
+        if mapped is not None:  # the block's bytes are copied out: its pages go before its documents are written
+            mapped.release_read()
         if table is not None:
             yield RecordBlock(
                 texts=table.column(text_field).chunk(0),
@@ -149,7 +152,7 @@ def read_jsonl(
                 mtime_s=mtime,
             )
             continue
-        for i, line in enumerate(block_lines(bytes(block))):
+        for i, line in enumerate(lines):
             rec = _parse_line(ctx, line, f"{base}#line={first + i}", text_field, meta_fields, mtime, chat)
             if rec is not None:
                 yield rec
