@@ -19,8 +19,9 @@ from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.strategies import pack
 from platform_assets.packing.survey import PackSet, Survey, TokenizedInputError, describe, flatten
+from platform_assets.packing.token_batches import part_token_batches
 from platform_assets.packing.token_store import HeldTokens, SpillDir, SpilledTokens
-from platform_assets.parquet_parts import part_files, read_batches
+from platform_assets.parquet_parts import part_files
 from platform_assets.storage import Storage
 
 Packed = tuple[list[SetStats], list[pa.Table], list[pa.Table]]  # stats, provenance, exclusions per set
@@ -50,12 +51,11 @@ class _Held:
 
 
 def _parts(storage: Storage, rel: str) -> list[tuple[str, int]]:
-    """(path relative to the storage root, rows) of every part, in the order read_batches reads them."""
-    base = len(storage.path("")) + 1
+    """(path in the storage's filesystem, rows) of every part, in the order token_batches reads them."""
     out = []
     for path in part_files(storage, rel):
         with storage.fs.open_input_file(path) as f:
-            out.append((path[base:], pq.ParquetFile(f).metadata.num_rows))
+            out.append((path, pq.ParquetFile(f).metadata.num_rows))
     return out
 
 
@@ -78,9 +78,8 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
         if not np.isin(survey.row_set[row : row + part_rows], members).any():
             row += part_rows
             continue
-        # one row group at a time on local storage: pre-buffering fetches the token column chunks of the
-        # whole part (up to io.part_max_bytes: 512 MiB) before the first batch
-        for batch in read_batches(storage, part, columns, batch_rows, pre_buffer=not storage.is_local):
+        # batches bounded by tokens, a row group at a time (token_batches.py)
+        for batch in part_token_batches(storage, part, columns, batch_rows):
             in_batch = survey.row_set[row : row + batch.num_rows]
             for i in members:
                 rows = np.flatnonzero(in_batch == i)

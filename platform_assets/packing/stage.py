@@ -57,7 +57,6 @@ STREAMING_STRATEGY = "streaming_best_fit"
 # Tokens of all sets read in one pass of an offline strategy: 256 Mi tokens = 1 GiB of int32 ids
 # (+256 MiB of masks). A larger set still gets a pass of its own.
 DEFAULT_MAX_TOKENS_IN_MEMORY = 256 * 2**20
-READ_BATCH_TOKENS = 2**20  # 4 MiB of int32 ids per batch read (token_batch_rows)
 REQUIRED_COLUMNS = ("id", "split", "source", "chunk", "input_ids", "num_tokens", "loss_tokens")
 TOKENIZER_KEYS = ("vocab_size", "pad_id", "eos_id", "bos_id", "name", "sha256")
 
@@ -95,16 +94,6 @@ def in_memory_tokens(max_tokens_in_memory: int, io: IOSettings, has_loss_mask: b
     a held set costs ~2x its bytes: on the pipeline_scaling 16x input (base 8 MB) holding its 11.5 M
     token set put 100 MB on the stage's peak that spilling it does not, at the same speed."""
     return max(1, min(max_tokens_in_memory, io.batch_bytes // 4 // (4 + int(has_loss_mask))))
-
-
-def token_batch_rows(io: IOSettings, rows: int, tokens: int) -> int:
-    """Rows per batch of the token passes: `io.batch_rows`, fewer where rows are long, so a batch
-    holds ~READ_BATCH_TOKENS. Arrow decodes a row group's pages batch by batch, and each batch is
-    copied twice more (take, flatten): 8192 rows of whole documents were the stage's peak (the 16x
-    pipeline_scaling input's 46 MiB row group: 614 MiB peak RSS; 387 MiB with 128-row batches)."""
-    if not rows or not tokens:
-        return io.batch_rows
-    return max(1, min(io.batch_rows, READ_BATCH_TOKENS * rows // tokens))
 
 
 def _header(settings: PackingSettings, tokenizer_info: dict, has_loss_mask: bool) -> ShardSetHeader:
@@ -192,7 +181,7 @@ def pack_outputs(
     header = _header(settings, tokenizer_info, surveyed.has_loss_mask)
     tokens_in = sum(s.tokens for s in surveyed.sets)
     loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
-    batch_rows = token_batch_rows(io, len(surveyed.row_set), tokens_in)
+    batch_rows = io.batch_rows  # at most; the token passes' batches are bounded by tokens (token_batches.py)
     with storage.staged_dir(out_rel) as staged:
         writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
         try:

@@ -18,8 +18,8 @@ from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.strategies import Packing, StreamingBestFit
 from platform_assets.packing.survey import ConservationError, PackSet, Survey, TokenizedInputError, flatten
+from platform_assets.packing.token_batches import token_batches
 from platform_assets.packing.token_store import ArrayTokens
-from platform_assets.parquet_parts import read_batches
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
 
@@ -96,7 +96,7 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
     ]
     columns = ["id", "chunk", "input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
-    batches = read_batches(storage, rel, columns, batch_rows, pre_buffer=not storage.is_local)  # as offline_pass
+    batches = token_batches(storage, rel, columns, batch_rows)  # bounded by tokens, as offline_pass
     for batch in tracked_batches(batches, "pack", len(survey.row_set), "rows"):
         in_batch = survey.row_set[row : row + batch.num_rows]
         for i in np.unique(in_batch).tolist():

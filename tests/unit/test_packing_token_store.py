@@ -12,7 +12,7 @@ import pytest
 from platform_assets.contracts import IOSettings
 from platform_assets.packing import offline_pass
 from platform_assets.packing.settings import PackingSettings
-from platform_assets.packing.stage import in_memory_tokens, pack_outputs, token_batch_rows
+from platform_assets.packing.stage import in_memory_tokens, pack_outputs
 from platform_assets.packing.token_store import ArrayTokens, HeldTokens, SpilledTokens
 from platform_assets.storage import Storage
 
@@ -110,10 +110,6 @@ def test_the_in_memory_cap_follows_the_io_batch():
     assert in_memory_tokens(256 * 2**20, io, True) == 64 * 2**20 // 4 // 5
     assert in_memory_tokens(1000, io, False) == 1000  # the packing setting, when smaller
     assert in_memory_tokens(1000, IOSettings(batch_bytes=1), False) == 1
-    # token passes read ~1 Mi tokens a batch: long rows, fewer of them
-    assert token_batch_rows(IOSettings(batch_rows=8192), rows=1000, tokens=5000 * 1000) == 209
-    assert token_batch_rows(IOSettings(batch_rows=8192), rows=1000, tokens=1000) == 8192
-    assert token_batch_rows(IOSettings(batch_rows=8192), rows=2, tokens=2 * 2**22) == 1
 
 
 def test_sets_over_the_cap_spill_and_the_spill_directory_goes(tmp_path, monkeypatch):
