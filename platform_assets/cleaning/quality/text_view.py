@@ -210,15 +210,23 @@ class TextView:
 
     def repeated_pieces(self, paragraphs: bool) -> tuple[int, int, int]:
         """(pieces, repeated pieces, characters in them) of split_paragraphs(text) or split_lines(text),
-        as duplicates() counts them: one compiled pass over the characters (line_stats.piece_duplicates),
-        no string per line; the string forms for text beyond the BMP."""
+        as duplicates() counts them: compiled, from the newline positions (line_stats.piece_duplicates_at;
+        one pass over the characters serves both), no string per line; the string forms for text
+        beyond the BMP."""
         points = self.code_points
         if points is None:
             pieces = split_paragraphs(self.text) if paragraphs else split_lines(self.text)
             return (len(pieces), *duplicates(pieces))
-        from platform_assets.cleaning.quality.line_stats import piece_duplicates  # numba: where rules run
+        from platform_assets.cleaning.quality.line_stats import piece_duplicates_at  # numba: where rules run
 
-        return piece_duplicates(points.chars, points.spaces, 2 if paragraphs else 1, paragraphs)
+        return piece_duplicates_at(points.chars, points.spaces, self.newlines, 2 if paragraphs else 1, paragraphs)
+
+    @cached_property
+    def newlines(self) -> Any:
+        """Positions of "\n" in the text (int64 array; needs code_points)."""
+        from platform_assets.cleaning.quality.line_stats import newline_positions  # numba: where rules run
+
+        return newline_positions(self.code_points.chars)
 
     @cached_property
     def lines(self) -> list[str]:

@@ -1,0 +1,75 @@
+"""Faster forms of the quality kernels (issue #13) against the forms they replaced, kept here as
+plain Python (numba compiles the same code): the same values on adversarial and random input
+(empty, only newlines, leading/trailing whitespace, \\r and other line breaks that are not newlines,
+long newline runs, non-ASCII, code-like repeats)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from platform_assets.cleaning.quality import kernels, line_stats
+from platform_assets.cleaning.quality.text_view import TextView, duplicates, split_lines, split_paragraphs
+
+
+def _replaced_piece_duplicates(chars, spaces, min_newlines, strip):
+    """line_stats.piece_duplicates before it read the newline positions: a loop over every character."""
+    lo, hi = 0, chars.size
+    if strip:
+        while lo < hi and spaces[chars[lo]]:
+            lo += 1
+        while hi > lo and spaces[chars[hi - 1]]:
+            hi -= 1
+    newlines = int(np.count_nonzero(chars[lo:hi] == 10))
+    starts = np.empty(newlines + 1, dtype=np.int64)
+    ends = np.empty(newlines + 1, dtype=np.int64)
+    n = 0
+    start = lo
+    i = lo
+    while i < hi:
+        if chars[i] != 10:
+            i += 1
+            continue
+        j = i
+        while j < hi and chars[j] == 10:
+            j += 1
+        if j - i >= min_newlines:
+            starts[n], ends[n] = start, i
+            n += 1
+            start = j
+        i = j
+    starts[n], ends[n] = start, hi
+    n += 1
+    repeated, repeated_chars = kernels.repeated_ranges(chars, starts, ends, n)
+    return n, repeated, repeated_chars
+
+
+def _texts(rng: random.Random, count: int) -> list[str]:
+    pieces = ["a", "b", "ab", " ", "\t", "\n", "\n", "\n\n", "\n\n\n", "\n" * 7, "\r", "\r\n", "\x0b", "\x85",
+              "\u2028", "\xa0", "\u3000", "é", "ж", "中", "line one", "line one\n", "def f():\n    pass\n"]
+    fixed = ["", "\n", "\n\n", "\n" * 9, " \n ", "a", "a\n", "\na", "\n\na\n\na\n\n", " \n a \n a \n ",
+             "x\n\n\nx", "x\n\n\n\n\nx\n\nx", "é\n\né\n\n\né", "\t\n\t", "line\n" * 500, "p\n\n" * 300]
+    return fixed + ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 80))) for _ in range(count)]
+
+
+def test_pieces_from_newline_positions_equal_the_character_loop():
+    rng = random.Random(21)
+    checked = 0
+    for text in _texts(rng, 4000):
+        points = TextView(text).code_points
+        if points is None:
+            continue
+        newlines = line_stats.newline_positions(points.chars)
+        assert newlines.tolist() == [i for i, c in enumerate(text) if c == "\n"], repr(text)
+        for min_newlines, strip in ((1, False), (2, True), (2, False), (1, True), (3, False)):
+            new = line_stats.piece_duplicates_at(points.chars, points.spaces, newlines, min_newlines, strip)
+            old = _replaced_piece_duplicates(points.chars, points.spaces, min_newlines, strip)
+            assert new == old, (min_newlines, strip, repr(text))
+            assert line_stats.piece_duplicates(points.chars, points.spaces, min_newlines, strip) == old
+        view = TextView(text)
+        for paragraphs, split in ((True, split_paragraphs), (False, split_lines)):
+            expected = split(text)
+            assert view.repeated_pieces(paragraphs) == (len(expected), *duplicates(expected)), repr(text)
+        checked += 1
+    assert checked > 4000
