@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib.resources
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import regex
 
+from platform_assets.cleaning.blocklist_screen import may_hold
 from platform_assets.cleaning.settings import BlocklistSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -74,14 +76,25 @@ class Blocklist:
     def __len__(self) -> int:
         return sum(map(len, self.phrases.values())) + len(self.substrings)
 
-    def matches(self, text: str, limit: int | None = None) -> list[str]:
-        """Distinct terms found; stops after `limit` of them (enough to decide)."""
+    def screen(self, texts: Sequence[str]) -> list[bool] | None:
+        """Per text, for a batch: False where `matches` would find no listed word (its substring
+        screen), in one pass for all of them (blocklist_screen); None where that does not apply."""
+        if not self.phrases or len(self.first_words) > _MAX_SUBSTRING_TESTS:
+            return None
+        return may_hold(texts, self.screen_words)
+
+    def matches(self, text: str, limit: int | None = None, may_hold_words: bool = True) -> list[str]:
+        """Distinct terms found; stops after `limit` of them (enough to decide). `may_hold_words`
+        False: `screen` found that the text holds no listed word (then only unspaced-script terms are
+        searched)."""
+        if not may_hold_words and not self.substrings:
+            return []
         folded = text.casefold()
         found: dict[str, None] = {}
         # A word can only equal a listed word (or a phrase's first word) that is a substring of the
         # text: with a short list (the shipped one has 29 terms) a substring test per term settles most
         # texts at memchr speed, without splitting them into words.
-        searched = self.phrases and (
+        searched = self.phrases and may_hold_words and (
             len(self.first_words) > _MAX_SUBSTRING_TESTS or any(w in folded for w in self.screen_words))
         # `re` on ASCII text: the same words (\w is [0-9A-Za-z_] there in both engines), ~2x faster
         words = (_ASCII_WORD_RE if folded.isascii() else _WORD_RE).findall(folded) if searched else []
@@ -118,9 +131,14 @@ class BlocklistFilter(DocumentStep):
         super().__init__(modalities=settings.modalities, languages=settings.languages, **kwargs)
         self.settings = settings
         self.blocklist = Blocklist(terms if terms is not None else read_terms(settings.path))
+        self.blocklist.screen([])  # the screen's character table (~25 ms, once per process) here, not in a batch
+
+    def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:
+        return self.blocklist.screen(texts)
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
-        found = self.blocklist.matches(doc.text, limit=self.settings.max_hits + 1)
+        found = self.blocklist.matches(doc.text, limit=self.settings.max_hits + 1,
+                                       may_hold_words=doc.prepared is not False)
         if len(found) > self.settings.max_hits:
             return Drop("match", f"{len(found)} > {self.settings.max_hits}: {', '.join(found[:5])}")
         return None
