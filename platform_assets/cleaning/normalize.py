@@ -227,6 +227,7 @@ def load() -> None:
     """The scan's table and compiled kernel, once per process (the step calls it when built; an image
     build calls it to compile the kernel into numba's cache: ~0.1 CPU-s cold)."""
     _scanner()
+    _space_separators()
 
 
 def _scan(text: str) -> int | None:
@@ -286,7 +287,7 @@ def _whitespace(text: str, s: NormalizeSettings, counters: Counter[str], flags: 
         if ("\r" in text or "\x0b" in text or "\x0c" in text) if ascii_text else flags & normalize_scan.LINE_BREAK:
             text = _LINE_BREAK_RE.sub("\n", text)
         if not ascii_text and flags & normalize_scan.SPACE:
-            text = _SPACES_RE.sub(" ", text)
+            text = _replace_spaces(text)
     if s.remove_control_chars and _has_controls(text, flags, s.normalize_whitespace):
         counters["control_chars_removed"] += 1
         text = _CONTROL_RE.sub("", text)
@@ -306,6 +307,23 @@ def _whitespace(text: str, s: NormalizeSettings, counters: Counter[str], flags: 
         if "\n" not in text:
             text = text.strip()
     return text
+
+
+def _replace_spaces(text: str) -> str:
+    """_SPACES_RE.sub(" ", text) as one str.replace per separator the text holds: a substring test
+    per character of the class (15) runs at memchr speed where `re` tries the class at every position
+    of a non-ASCII text (~100 MB/s): 0.020 -> 0.007 CPU-s over cleaning_stage's 332 texts with one."""
+    for c in _space_separators():
+        if c in text:
+            text = text.replace(c, " ")
+    return text
+
+
+@cache
+def _space_separators() -> tuple[str, ...]:
+    """The characters _SPACES_RE matches (all in the BMP: the scan's table flags them)."""
+    _, table = _scanner()
+    return tuple(map(chr, np.flatnonzero(table & normalize_scan.SPACE).tolist()))
 
 
 def _has_controls(text: str, flags: int | None, whitespace_normalized: bool) -> bool:
