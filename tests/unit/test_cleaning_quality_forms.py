@@ -73,3 +73,32 @@ def test_pieces_from_newline_positions_equal_the_character_loop():
             assert view.repeated_pieces(paragraphs) == (len(expected), *duplicates(expected)), repr(text)
         checked += 1
     assert checked > 4000
+
+
+def test_keyed_numbering_equals_the_hashed_numbering():
+    # token_vocab numbers tokens by (hash, packed key, length), comparing characters only beyond the
+    # key's reach: the same ids and first positions as number_hashed_ranges (hash, then characters),
+    # for ASCII, BMP and (beyond the key's 16 bits) astral code points, tokens around the 4/8-character
+    # limit, and tokens equal in their last 8 characters
+    rng = random.Random(22)
+    alphabets = ["ab", "abcdefgh", "aé", "жщ", "a\u3000b", "x\U0001F600"]
+    for _ in range(3000):
+        alphabet = rng.choice(alphabets)
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.choice([1, 3, 4, 5, 7, 8, 9, 12, 16, 17])))
+                 for _ in range(rng.randint(1, 12))]
+        words += [rng.choice(["x", "yy"]) + "commonsuffix" for _ in range(rng.randint(0, 3))]
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 60)))
+        data = text.encode("ascii") if text.isascii() else text.encode("utf-32-le")
+        chars = np.frombuffer(data, dtype=np.uint8 if text.isascii() else np.uint32)
+        kinds = np.full(0x110000 if chars.dtype == np.uint32 else 256, kernels.WORD, dtype=np.uint8)
+        kinds[32] = kernels.SPACE
+        size = chars.size + 1
+        starts, ends = np.empty(size, np.int64), np.empty(size, np.int64)
+        hashes, keys = np.empty(size, np.uint64), np.empty(size, np.uint64)
+        n = kernels._token_runs(chars, kinds, starts, ends, hashes, keys)
+        expected = kernels.number_hashed_ranges(chars, starts, ends, hashes, n)
+        assert kernels.token_vocab(chars, kinds)[0].tolist() == expected[0][:n].tolist(), repr(text)
+        exact = 8 if chars.dtype == np.uint8 else (4 if chars.size == 0 or chars.max() < 0x10000 else 0)
+        got = kernels._number_keyed_ranges(chars, starts, ends, hashes, keys, n, exact)
+        assert got[2] == expected[2] and got[0][:n].tolist() == expected[0][:n].tolist(), repr(text)
+        assert got[1][:got[2]].tolist() == expected[1][:expected[2]].tolist(), repr(text)

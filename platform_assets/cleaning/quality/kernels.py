@@ -93,13 +93,18 @@ def token_vocab(chars, kind_table):
     tok_starts = np.empty(size // 4 + 16, dtype=np.int64)
     tok_ends = np.empty(size // 4 + 16, dtype=np.int64)
     tok_hashes = np.empty(size // 4 + 16, dtype=np.uint64)
-    n = _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes)
+    tok_keys = np.empty(size // 4 + 16, dtype=np.uint64)
+    n = _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys)
     if n < 0:
         tok_starts = np.empty(size, dtype=np.int64)
         tok_ends = np.empty(size, dtype=np.int64)
         tok_hashes = np.empty(size, dtype=np.uint64)
-        n = _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes)
-    ids, first, n_distinct = number_hashed_ranges(chars, tok_starts, tok_ends, tok_hashes, n)
+        tok_keys = np.empty(size, dtype=np.uint64)
+        n = _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys)
+    # a token of up to this many characters is its packed key (_token_runs; 16 bits a character hold
+    # only code points below 0x10000, which array_vocab guarantees and this checks)
+    exact_len = 8 if chars.itemsize == 1 else (4 if size == 0 or chars.max() < 0x10000 else 0)
+    ids, first, n_distinct = _number_keyed_ranges(chars, tok_starts, tok_ends, tok_hashes, tok_keys, n, exact_len)
     counts = np.zeros(n_distinct, dtype=np.int64)
     for t in range(n):
         counts[ids[t]] += 1
@@ -108,17 +113,20 @@ def token_vocab(chars, kind_table):
 
 
 @compiled
-def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes):
-    """Fills the token ranges (token_vocab's runs) and their FNV-1a hashes (number_ranges'), and
-    returns how many, or -1 if they do not fit. Hashing here, while each character is read anyway,
-    rather than in a second pass over each token: token_vocab 0.160 -> 0.135 CPU-s on
-    cleaning_stage's English documents."""
+def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys):
+    """Fills the token ranges (token_vocab's runs), their FNV-1a hashes (number_ranges') and their
+    packed keys (the last characters that fit in 64 bits: 8 bits each for ASCII text, 16 for the BMP),
+    and returns how many, or -1 if they do not fit. Hashing here, while each character is read anyway,
+    rather than in a second pass over each token: token_vocab 0.160 -> 0.135 CPU-s on cleaning_stage's
+    English documents; the key is a second shift-or chain beside the hash's multiply chain."""
     size = chars.size
+    unit = np.uint64(8 * min(chars.itemsize, 2))
     n = 0
     prev_run = 0  # run class per character: 0 space, 1 part of a word, 2 other
     prev_kind = SPACE
     kind = kind_table[chars[0]] if size else SPACE
     h = _FNV_OFFSET
+    key = np.uint64(0)
     for i in range(size):
         next_kind = kind_table[chars[i + 1]] if i + 1 < size else SPACE
         if kind == SPACE:
@@ -129,18 +137,62 @@ def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes):
             run = 2
         if run != prev_run:
             if prev_run != 0:
-                tok_ends[n - 1], tok_hashes[n - 1] = i, h
+                tok_ends[n - 1], tok_hashes[n - 1], tok_keys[n - 1] = i, h, key
             if run != 0:
                 if n == tok_starts.size:
                     return -1
                 tok_starts[n] = i
                 n += 1
             h = _FNV_OFFSET
-        h = (h ^ np.uint64(chars[i])) * _FNV_PRIME  # of the run so far (a space run's is never read)
+            key = np.uint64(0)
+        c = np.uint64(chars[i])
+        h = (h ^ c) * _FNV_PRIME  # of the run so far (a space run's is never read)
+        key = (key << unit) | c
         prev_run, prev_kind, kind = run, kind, next_kind
     if prev_run != 0:
-        tok_ends[n - 1], tok_hashes[n - 1] = size, h
+        tok_ends[n - 1], tok_hashes[n - 1], tok_keys[n - 1] = size, h, key
     return n
+
+
+@compiled
+def _number_keyed_ranges(chars, starts, ends, hashes, keys, n, exact_len):
+    """number_hashed_ranges given also each range's packed key (_token_runs): a range of at most
+    `exact_len` characters is its key and its length, so equal keys and lengths settle equality
+    without comparing characters (89% of cleaning_stage's English tokens), and the hash, key and length
+    of each number sit side by side rather than behind `first` and the ranges; longer ranges compare
+    characters. Probed from the FNV-1a hash as number_hashed_ranges is: the same numbers, in the same
+    order. token_vocab 0.151 -> 0.142 CPU-s on cleaning_stage's English documents (same process, 6
+    alternating rounds)."""
+    bits = _table_bits(n)
+    mask = np.uint64((1 << bits) - 1)
+    slots = np.full(1 << bits, -1, dtype=np.int64)  # number per slot
+    ids = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    d_hash = np.empty(n, dtype=np.uint64)  # per number
+    d_key = np.empty(n, dtype=np.uint64)
+    d_len = np.empty(n, dtype=np.int64)
+    n_distinct = 0
+    for t in range(n):
+        length = ends[t] - starts[t]
+        h, key = hashes[t], keys[t]
+        slot = h & mask
+        while True:
+            d = slots[slot]
+            if d < 0:
+                d = n_distinct
+                n_distinct += 1
+                slots[slot] = d
+                first[d] = t
+                d_hash[d], d_key[d], d_len[d] = h, key, length
+                break
+            if d_hash[d] == h and d_key[d] == key and d_len[d] == length:
+                if length <= exact_len:
+                    break
+                if same_run(chars, starts[first[d]], chars, starts[t], length):
+                    break
+            slot = (slot + np.uint64(1)) & mask
+        ids[t] = d
+    return ids, first, n_distinct
 
 
 @compiled
