@@ -1,5 +1,6 @@
 """Faster forms of the quality kernels (issue #13) against the forms they replaced, kept here as
-plain Python (numba compiles the same code): the same values on adversarial and random input
+plain Python (numba compiles the same code; _replaced_kept_lines and _replaced_bullet_ellipsis_lines
+are line_stats' loops before they read the line boundaries): the same values on adversarial and random input
 (empty, only newlines, leading/trailing whitespace, \\r and other line breaks that are not newlines,
 long newline runs, non-ASCII, code-like repeats)."""
 
@@ -43,6 +44,77 @@ def _replaced_piece_duplicates(chars, spaces, min_newlines, strip):
     n += 1
     repeated, repeated_chars = kernels.repeated_ranges(chars, starts, ends, n)
     return n, repeated, repeated_chars
+
+
+def _replaced_kept_lines(chars, spaces, flags, min_words):
+    size = chars.size
+    breaks = 0
+    for i in range(size):
+        if flags[chars[i]] & line_stats.LINE_BREAK:
+            breaks += 1
+    starts = np.empty(breaks + 1, dtype=np.int64)
+    ends = np.empty(breaks + 1, dtype=np.int64)
+    lines = kept = longest = sentences = 0
+    unchanged = size == 0 or not flags[chars[size - 1]] & line_stats.LINE_BREAK
+    i = 0
+    while i < size:
+        j = i
+        while j < size and not flags[chars[j]] & line_stats.LINE_BREAK:
+            j += 1
+        a, b = i, j
+        while a < b and spaces[chars[a]]:
+            a += 1
+        while b > a and spaces[chars[b - 1]]:
+            b -= 1
+        lines += 1
+        longest = max(longest, b - a)
+        words = 0
+        for k in range(a, b):
+            if not spaces[chars[k]] and (k == a or spaces[chars[k - 1]]):
+                words += 1
+                if words == min_words:
+                    break  # enough: only `words >= min_words` matters
+        if words >= min_words:
+            starts[kept], ends[kept] = a, b
+            kept += 1
+            sentences += line_stats._inner_boundaries(chars, spaces, flags, a, b) + (b > a)
+            unchanged = unchanged and a == i and b == j
+        else:
+            unchanged = False
+        if j < size:  # "\r\n" is one boundary
+            unchanged = unchanged and chars[j] == 10
+            j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
+        i = j
+    return starts[:kept].copy(), ends[:kept].copy(), lines, longest, sentences, unchanged
+
+
+def _replaced_bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
+    size = chars.size
+    lines = bulleted = ellipsis = 0
+    i = 0
+    while i < size:
+        j = i
+        while j < size and not flags[chars[j]] & line_stats.LINE_BREAK:
+            j += 1
+        a = i  # str.lstrip
+        while a < j and spaces[chars[a]]:
+            a += 1
+        b = j  # str.rstrip, of the whole line
+        while b > i and spaces[chars[b - 1]]:
+            b -= 1
+        lines += 1
+        for k in range(bullet_ends.size - 1):
+            lo, hi = bullet_ends[k], bullet_ends[k + 1]
+            if a + hi - lo <= j and kernels.same_run(chars, a, bullets, lo, hi - lo):
+                bulleted += 1
+                break
+        if (b > i and chars[b - 1] == 0x2026) or (b - i >= 3 and chars[b - 1] == 46 and chars[b - 2] == 46
+                                                  and chars[b - 3] == 46):
+            ellipsis += 1
+        if j < size:  # "\r\n" is one boundary
+            j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
+        i = j
+    return lines, bulleted, ellipsis
 
 
 def _texts(rng: random.Random, count: int) -> list[str]:
@@ -102,3 +174,38 @@ def test_keyed_numbering_equals_the_hashed_numbering():
         got = kernels._number_keyed_ranges(chars, starts, ends, hashes, keys, n, exact)
         assert got[2] == expected[2] and got[0][:n].tolist() == expected[0][:n].tolist(), repr(text)
         assert got[1][:got[2]].tolist() == expected[1][:expected[2]].tolist(), repr(text)
+
+
+def test_other_line_breaks_is_the_flag_table_less_the_newline():
+    for size, dtype in ((256, np.uint8), (0x10000, np.uint32)):
+        flags = line_stats._flags(size)
+        for c in range(size):
+            expected = bool(flags[c] & line_stats.LINE_BREAK) and c != 10
+            assert line_stats.other_line_breaks(np.array([65, c, 66], dtype=dtype)) == expected, hex(c)
+    assert not line_stats.other_line_breaks(np.zeros(0, dtype=np.uint8))
+
+
+def test_lines_from_the_boundaries_equal_the_character_loops():
+    rng = random.Random(23)
+    bullets = line_stats._bullet_table(("-", "•", "* "))
+    checked = fast = 0
+    for text in _texts(rng, 3000) + ["- a\r\n- b\r\n", "a...\r\r\nb…", "\r\n", "\r", "x\x1cy\x1dz\x1e",
+                                    "• one\u2028• two\u2029", "a\x85b", "\n\n- x\n"]:
+        points = TextView(text).code_points
+        if points is None:
+            continue
+        chars, spaces = points.chars, points.spaces
+        flags = line_stats._flags(256 if chars.dtype == np.uint8 else 0x10000)
+        newlines = line_stats.newline_positions(chars)
+        breaks = line_stats.line_breaks(points, newlines)
+        assert breaks.tolist() == line_stats.line_break_positions(chars, flags).tolist(), repr(text)
+        fast += breaks is newlines
+        for min_words in (0, 1, 3):
+            new = line_stats._kept_lines_at(chars, spaces, flags, breaks, min_words)
+            old = _replaced_kept_lines(chars, spaces, flags, min_words)
+            assert [x.tolist() if isinstance(x, np.ndarray) else x for x in new] == \
+                   [x.tolist() if isinstance(x, np.ndarray) else x for x in old], (min_words, repr(text))
+        assert line_stats._bullet_ellipsis_lines_at(chars, spaces, flags, breaks, *bullets) == \
+               _replaced_bullet_ellipsis_lines(chars, spaces, flags, *bullets), repr(text)
+        checked += 1
+    assert checked > 3000 and fast > 100 and checked - fast > 1000  # the newline path and the general one

@@ -115,7 +115,7 @@ class C4(RuleSet):
         if points is not None:
             from platform_assets.cleaning.quality.line_stats import kept_lines  # numba: where rules run
 
-            found = kept_lines(points, min_words)
+            found = kept_lines(points, min_words, view.line_breaks)
             shortcut = long_word is None or found.longest <= max_word
             if shortcut:
                 starts, ends = found.starts.tolist(), found.ends.tolist()

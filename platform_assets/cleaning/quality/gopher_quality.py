@@ -72,7 +72,7 @@ class GopherQuality(RuleSet):
             if points is not None:  # one compiled pass over the lines (line_stats.py)
                 from platform_assets.cleaning.quality.line_stats import bullet_ellipsis_lines  # numba: where rules run
 
-                n_lines, starts, ends = bullet_ellipsis_lines(points, self._bullets)
+                n_lines, starts, ends = bullet_ellipsis_lines(points, self._bullets, view.line_breaks)
                 n_lines = n_lines or 1  # as [""] for a text without lines
             else:  # beyond the BMP: map() chains, C loops with no Python frame per line
                 lines = view.lines or [""]

@@ -64,16 +64,19 @@ def load() -> None:
         flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
         _kept_lines(chars, spaces, flags, 1)
         _bullet_ellipsis_lines(chars, spaces, flags, *_bullet_table(("-",)))
+        other_line_breaks(chars)
         _nonblank_line_stats(chars, spaces, _char_table(frozenset("."), flags.size), 30)
         piece_duplicates_at(chars, spaces, newline_positions(chars), 1, False)
 
 
-def bullet_ellipsis_lines(points, bullets: tuple[str, ...]) -> tuple[int, int, int]:
+def bullet_ellipsis_lines(points, bullets: tuple[str, ...], breaks: np.ndarray | None = None) -> tuple[int, int, int]:
     """(lines, lines starting with one of `bullets` once str.lstrip-ped, lines ending with "..." or
-    "…" once str.rstrip-ped) of a text from array_vocab.CodePoints, over str.splitlines' lines."""
+    "…" once str.rstrip-ped) of a text from array_vocab.CodePoints, over str.splitlines' lines
+    (`breaks`: line_breaks(points), if already made)."""
     chars = points.chars
-    return _bullet_ellipsis_lines(chars, points.spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000),
-                                  *_bullet_table(bullets))
+    flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
+    breaks = breaks if breaks is not None else line_break_positions(chars, flags)
+    return _bullet_ellipsis_lines_at(chars, points.spaces, flags, breaks, *_bullet_table(bullets))
 
 
 def nonblank_line_stats(points, stop_chars: frozenset[str], short_length: int) -> tuple[int, int, int, int]:
@@ -100,29 +103,74 @@ def _bullet_table(bullets: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.array([ord(c) for b in bullets for c in b], dtype=np.int64), ends
 
 
-def kept_lines(points, min_words: int) -> KeptLines:
-    """KeptLines of a text from array_vocab.CodePoints."""
+def kept_lines(points, min_words: int, breaks: np.ndarray | None = None) -> KeptLines:
+    """KeptLines of a text from array_vocab.CodePoints (`breaks`: line_breaks(points), if already made)."""
     chars = points.chars
-    return KeptLines(*_kept_lines(chars, points.spaces, _flags(256 if chars.dtype == np.uint8 else 0x10000),
-                                  min_words))
+    flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
+    breaks = breaks if breaks is not None else line_break_positions(chars, flags)
+    return KeptLines(*_kept_lines_at(chars, points.spaces, flags, breaks, min_words))
+
+
+def line_breaks(points, newlines: np.ndarray | None = None) -> np.ndarray:
+    """Where str.splitlines ends each line of a text from array_vocab.CodePoints: the positions of its
+    boundary characters, a "\r\n" once (at the "\r"). Where "\n" is the only boundary the text holds
+    (other_line_breaks: one vectorised test), its `newlines` (newline_positions) if given: the
+    per-character flag lookups of line_break_positions are then not needed at all."""
+    chars = points.chars
+    if newlines is not None and not other_line_breaks(chars):
+        return newlines
+    return line_break_positions(chars, _flags(256 if chars.dtype == np.uint8 else 0x10000))
+
+
+@compiled
+def other_line_breaks(chars):
+    """Does `chars` hold a str.splitlines boundary other than "\n"? (\x0b \x0c \r \x1c \x1d \x1e,
+    and beyond ASCII \x85 \u2028 \u2029: _flags' LINE_BREAK, spelt as unsigned range tests so that
+    the loop vectorises; tests compare it with the table.)"""
+    found = False
+    for i in range(chars.size):
+        c = np.uint32(chars[i])
+        found |= ((c - np.uint32(11)) < np.uint32(3)) | ((c - np.uint32(28)) < np.uint32(3)) | (
+            c == np.uint32(0x85)) | ((c - np.uint32(0x2028)) < np.uint32(2))
+    return found
+
+
+@compiled
+def line_break_positions(chars, flags):
+    """The positions of `chars`' str.splitlines boundaries, "\r\n" once (at the "\r")."""
+    size = chars.size
+    n = 0
+    for i in range(size):
+        n += (flags[chars[i]] & LINE_BREAK) != 0
+    positions = np.empty(n, dtype=np.int64)
+    j = 0
+    for i in range(size):
+        if flags[chars[i]] & LINE_BREAK and not (chars[i] == 10 and i > 0 and chars[i - 1] == 13):
+            positions[j] = i
+            j += 1
+    return positions[:j]
 
 
 @compiled
 def _kept_lines(chars, spaces, flags, min_words):
+    return _kept_lines_at(chars, spaces, flags, line_break_positions(chars, flags), min_words)
+
+
+@compiled
+def _kept_lines_at(chars, spaces, flags, breaks, min_words):
+    """KeptLines' fields given the line boundaries (line_breaks): each line is found from them, not by
+    a flag lookup per character."""
     size = chars.size
-    breaks = 0
-    for i in range(size):
-        if flags[chars[i]] & LINE_BREAK:
-            breaks += 1
-    starts = np.empty(breaks + 1, dtype=np.int64)
-    ends = np.empty(breaks + 1, dtype=np.int64)
+    n_breaks = breaks.size
+    starts = np.empty(n_breaks + 1, dtype=np.int64)
+    ends = np.empty(n_breaks + 1, dtype=np.int64)
     lines = kept = longest = sentences = 0
     unchanged = size == 0 or not flags[chars[size - 1]] & LINE_BREAK
     i = 0
+    k = 0  # the next boundary
     while i < size:
-        j = i
-        while j < size and not flags[chars[j]] & LINE_BREAK:
-            j += 1
+        j = breaks[k] if k < n_breaks else size
+        k += 1
         a, b = i, j
         while a < b and spaces[chars[a]]:
             a += 1
@@ -131,8 +179,8 @@ def _kept_lines(chars, spaces, flags, min_words):
         lines += 1
         longest = max(longest, b - a)
         words = 0
-        for k in range(a, b):
-            if not spaces[chars[k]] and (k == a or spaces[chars[k - 1]]):
+        for q in range(a, b):
+            if not spaces[chars[q]] and (q == a or spaces[chars[q - 1]]):
                 words += 1
                 if words == min_words:
                     break  # enough: only `words >= min_words` matters
@@ -176,13 +224,20 @@ def _inner_boundaries(chars, spaces, flags, a, b):
 
 @compiled
 def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
+    return _bullet_ellipsis_lines_at(chars, spaces, flags, line_break_positions(chars, flags), bullets, bullet_ends)
+
+
+@compiled
+def _bullet_ellipsis_lines_at(chars, spaces, flags, breaks, bullets, bullet_ends):
+    """bullet_ellipsis_lines given the line boundaries (line_breaks)."""
     size = chars.size
+    n_breaks = breaks.size
     lines = bulleted = ellipsis = 0
     i = 0
+    k = 0  # the next boundary
     while i < size:
-        j = i
-        while j < size and not flags[chars[j]] & LINE_BREAK:
-            j += 1
+        j = breaks[k] if k < n_breaks else size
+        k += 1
         a = i  # str.lstrip
         while a < j and spaces[chars[a]]:
             a += 1
@@ -190,8 +245,8 @@ def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
         while b > i and spaces[chars[b - 1]]:
             b -= 1
         lines += 1
-        for k in range(bullet_ends.size - 1):
-            lo, hi = bullet_ends[k], bullet_ends[k + 1]
+        for q in range(bullet_ends.size - 1):
+            lo, hi = bullet_ends[q], bullet_ends[q + 1]
             if a + hi - lo <= j and same_run(chars, a, bullets, lo, hi - lo):
                 bulleted += 1
                 break

@@ -229,6 +229,14 @@ class TextView:
         return newline_positions(self.code_points.chars)
 
     @cached_property
+    def line_breaks(self) -> Any:
+        """Where str.splitlines ends each line (line_stats.line_breaks; needs code_points): the newline
+        positions themselves where "\n" is the text's only line boundary."""
+        from platform_assets.cleaning.quality.line_stats import line_breaks  # numba: where rules run
+
+        return line_breaks(self.code_points, self.newlines)
+
+    @cached_property
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
