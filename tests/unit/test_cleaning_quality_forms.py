@@ -1,6 +1,6 @@
 """Faster forms of the quality kernels (issue #13) against the forms they replaced, kept here as
-plain Python (numba compiles the same code; _replaced_kept_lines and _replaced_bullet_ellipsis_lines
-are line_stats' loops before they read the line boundaries): the same values on adversarial and random input
+plain Python (numba compiles the same code; the _replaced_* functions are line_stats' loops before
+they read the newline positions or line boundaries): the same values on adversarial and random input
 (empty, only newlines, leading/trailing whitespace, \\r and other line breaks that are not newlines,
 long newline runs, non-ASCII, code-like repeats)."""
 
@@ -117,6 +117,32 @@ def _replaced_bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
     return lines, bulleted, ellipsis
 
 
+def _replaced_nonblank_line_stats(chars, spaces, stop, short_length):
+    size = chars.size
+    newlines = 0
+    for i in range(size):
+        newlines += chars[i] == 10
+    starts = np.empty(newlines + 1, dtype=np.int64)
+    ends = np.empty(newlines + 1, dtype=np.int64)
+    n = punctuated = short = 0
+    i = 0
+    while True:
+        j = i
+        while j < size and chars[j] != 10:
+            j += 1
+        for k in range(i, j):
+            if not spaces[chars[k]]:  # not blank
+                starts[n], ends[n] = i, j
+                n += 1
+                punctuated += stop[chars[j - 1]]
+                short += j - i <= short_length
+                break
+        if j >= size:
+            break
+        i = j + 1
+    return n, punctuated, short, kernels.repeated_ranges(chars, starts, ends, n)[1]
+
+
 def _texts(rng: random.Random, count: int) -> list[str]:
     pieces = ["a", "b", "ab", " ", "\t", "\n", "\n", "\n\n", "\n\n\n", "\n" * 7, "\r", "\r\n", "\x0b", "\x85",
               "\u2028", "\xa0", "\u3000", "é", "ж", "中", "line one", "line one\n", "def f():\n    pass\n"]
@@ -207,5 +233,9 @@ def test_lines_from_the_boundaries_equal_the_character_loops():
                    [x.tolist() if isinstance(x, np.ndarray) else x for x in old], (min_words, repr(text))
         assert line_stats._bullet_ellipsis_lines_at(chars, spaces, flags, breaks, *bullets) == \
                _replaced_bullet_ellipsis_lines(chars, spaces, flags, *bullets), repr(text)
+        for stop, short in ((frozenset(".!?"), 30), (frozenset("…"), 0), (frozenset(), 5)):
+            table = line_stats._char_table(stop, flags.size)
+            assert line_stats._nonblank_line_stats_at(chars, spaces, table, short, newlines) == \
+                   _replaced_nonblank_line_stats(chars, spaces, table, short), repr(text)
         checked += 1
     assert checked > 3000 and fast > 100 and checked - fast > 1000  # the newline path and the general one

@@ -43,7 +43,7 @@ class FineWeb(RuleSet):
             from platform_assets.cleaning.quality.line_stats import nonblank_line_stats  # numba: where rules run
 
             n_lines, punctuated, short, repeated_chars = nonblank_line_stats(points, self.stop_chars,
-                                                                             s.short_line_length)
+                                                                             s.short_line_length, view.newlines)
         else:  # beyond the BMP: map() chains (C loops) over the lines as strings
             lines = view.nonblank_lines
             n_lines = len(lines)

@@ -79,13 +79,16 @@ def bullet_ellipsis_lines(points, bullets: tuple[str, ...], breaks: np.ndarray |
     return _bullet_ellipsis_lines_at(chars, points.spaces, flags, breaks, *_bullet_table(bullets))
 
 
-def nonblank_line_stats(points, stop_chars: frozenset[str], short_length: int) -> tuple[int, int, int, int]:
+def nonblank_line_stats(points, stop_chars: frozenset[str], short_length: int,
+                        newlines: np.ndarray | None = None) -> tuple[int, int, int, int]:
     """Over text.split("\\n")'s lines that are not all whitespace (TextView.nonblank_lines): (lines,
     lines whose last character is in `stop_chars`, lines of at most `short_length` characters,
-    characters in lines equal to an earlier one: text_view.duplicates(lines)[1])."""
+    characters in lines equal to an earlier one: text_view.duplicates(lines)[1]). `newlines`:
+    newline_positions(points.chars), if already made."""
     chars = points.chars
-    return _nonblank_line_stats(chars, points.spaces, _char_table(stop_chars, 256 if chars.dtype == np.uint8 else
-                                                                  0x10000), short_length)
+    newlines = newlines if newlines is not None else newline_positions(chars)
+    return _nonblank_line_stats_at(chars, points.spaces, _char_table(stop_chars, 256 if chars.dtype == np.uint8 else
+                                                                     0x10000), short_length, newlines)
 
 
 @lru_cache(maxsize=16)
@@ -261,27 +264,27 @@ def _bullet_ellipsis_lines_at(chars, spaces, flags, breaks, bullets, bullet_ends
 
 @compiled
 def _nonblank_line_stats(chars, spaces, stop, short_length):
+    return _nonblank_line_stats_at(chars, spaces, stop, short_length, newline_positions(chars))
+
+
+@compiled
+def _nonblank_line_stats_at(chars, spaces, stop, short_length, newlines):
+    """nonblank_line_stats given the text's newline positions (newline_positions): each line is found
+    from them, not by a test per character."""
     size = chars.size
-    newlines = 0
-    for i in range(size):
-        newlines += chars[i] == 10
-    starts = np.empty(newlines + 1, dtype=np.int64)
-    ends = np.empty(newlines + 1, dtype=np.int64)
+    starts = np.empty(newlines.size + 1, dtype=np.int64)
+    ends = np.empty(newlines.size + 1, dtype=np.int64)
     n = punctuated = short = 0
     i = 0
-    while True:
-        j = i
-        while j < size and chars[j] != 10:
-            j += 1
-        for k in range(i, j):
-            if not spaces[chars[k]]:  # not blank
+    for k in range(newlines.size + 1):
+        j = newlines[k] if k < newlines.size else size
+        for q in range(i, j):
+            if not spaces[chars[q]]:  # not blank
                 starts[n], ends[n] = i, j
                 n += 1
                 punctuated += stop[chars[j - 1]]
                 short += j - i <= short_length
                 break
-        if j >= size:
-            break
         i = j + 1
     return n, punctuated, short, repeated_ranges(chars, starts, ends, n)[1]
 
