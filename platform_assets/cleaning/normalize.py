@@ -25,7 +25,7 @@ import ftfy
 import numpy as np
 from ftfy.badness import BADNESS_RE, is_bad
 
-from platform_assets.cleaning import normalize_scan
+from platform_assets.cleaning import normalize_badness, normalize_scan
 from platform_assets.cleaning.settings import NormalizeSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -185,9 +185,18 @@ _BADNESS_ANCHOR_RE = _badness_anchors() or re.compile(r"[^\x00-\x7f]+")
 
 
 def _is_bad(text: str) -> bool:
-    """ftfy's `is_bad`, searching only around runs of the characters one of which every match holds
-    (_badness_anchors; see _badness_radius): in accented Latin, Cyrillic or Greek text a few symbols,
-    where the full search runs at ~4 MB/s (its alternatives are tried at every position)."""
+    """ftfy's `is_bad`: compiled (normalize_badness), else searching only around runs of the characters
+    one of which every match holds (_badness_anchors; see _badness_radius): in accented Latin, Cyrillic
+    or Greek text a few symbols, where the full search runs at ~4 MB/s (its alternatives are tried at
+    every position)."""
+    compiled = normalize_badness.is_bad(text)
+    if compiled is not None:
+        return compiled
+    return _is_bad_windows(text)
+
+
+def _is_bad_windows(text: str) -> bool:
+    """_is_bad by BADNESS_RE's own search, in windows (text beyond the BMP, a BADNESS_RE of another shape)."""
     if _BADNESS_RADIUS is None:
         return is_bad(text)
     search, radius = BADNESS_RE.search, _BADNESS_RADIUS
@@ -228,6 +237,7 @@ def load() -> None:
     build calls it to compile the kernel into numba's cache: ~0.1 CPU-s cold)."""
     _scanner()
     _space_separators()
+    normalize_badness.load()  # ~0.2 s: BADNESS_RE's character sets over the BMP
 
 
 def _scan(text: str) -> int | None:
