@@ -316,7 +316,9 @@ class LanguageFilter(DocumentStep):
     def _text_facts(self, text: str) -> tuple[int, Counter[str]]:
         """Words (for the length band) and letters per script, over the part the model reads."""
         sample = text[: self.settings.max_chars]
-        return count_words(sample, self._longest_band), script_counts(sample)
+        # without length bands the threshold is one for every length: no words to count
+        words = count_words(sample, self._longest_band) if self.settings.min_score_by_words else 0
+        return words, script_counts(sample)
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         if doc.prepared is not None:
