@@ -239,3 +239,19 @@ def test_lines_from_the_boundaries_equal_the_character_loops():
                    _replaced_nonblank_line_stats(chars, spaces, table, short), repr(text)
         checked += 1
     assert checked > 3000 and fast > 100 and checked - fast > 1000  # the newline path and the general one
+
+
+def test_token_count_is_the_vocabulary_length():
+    from platform_assets.cleaning.quality.array_vocab import array_vocab
+
+    rng = random.Random(24)
+    pieces = [*"ab_1 .-'’\n\t,!\x1c{}", "don't", "x.y", "...", "é", "中", "\u0301", "\u3000", "a-b-c", "--"]
+    texts = ["", "a", "-", "a-", "-a", "a-b", "a--b", "a.b.", " ' ", "’’", "x" * 100]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 200))) for _ in range(3000)]
+    for text in texts:
+        points = TextView(text).code_points
+        if points is None:
+            continue
+        assert kernels.token_count(points.chars, points.kinds) == len(array_vocab(text, points).ids), repr(text)
+        view = TextView(text)
+        assert view.n_tokens == len(TextView(text).tokens), repr(text)  # the regex tokeniser's count

@@ -325,7 +325,7 @@ def test_load_covers_every_signature_the_quality_step_uses():
     dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, ngram_kernels.ngram_check_values,
                    line_stats.newline_positions, line_stats.piece_duplicates_at, kernels.lowered_present,
                    line_stats._kept_lines_at, line_stats._bullet_ellipsis_lines_at, line_stats._nonblank_line_stats_at,
-                   line_stats.other_line_breaks, line_stats.line_break_positions]
+                   line_stats.other_line_breaks, line_stats.line_break_positions, kernels.token_count]
     before = [len(d.signatures) for d in dispatchers]
     assert all(before)
     rng = random.Random(3)

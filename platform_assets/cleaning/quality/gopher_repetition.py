@@ -64,7 +64,7 @@ class GopherRepetition(RuleSet):
             return d
         if d := self.drop_above("dup_line_char_frac", dup_chars / n_chars, s.dup_line_char_frac):
             return d
-        if view.n_tokens < 2 or not self._max_n:
+        if view.vocab.ids.size < 2 or not self._max_n:  # the vocabulary: the n-grams read it next
             return None
         # numba takes ~0.15 s to import: only where the rules run, not wherever the settings are read
         from platform_assets.cleaning.quality.ngram_kernels import NO_VALUE, ngram_check_values

@@ -54,6 +54,7 @@ def load() -> None:
     for chars in (ascii_chars, np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
         _, _, _, starts, ends = token_vocab(chars, kinds)
         ranges_with_flag(chars, letters, starts, ends)
+        token_count(chars, kinds)
     lowered_present(ascii_chars, starts, ends, np.zeros(1, dtype=np.uint64))
     _loaded = True
 
@@ -151,6 +152,27 @@ def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys):
         prev_run, prev_kind, kind = run, kind, next_kind
     if prev_run != 0:
         tok_ends[n - 1], tok_hashes[n - 1], tok_keys[n - 1] = size, h, key
+    return n
+
+
+@compiled
+def token_count(chars, kind_table):
+    """How many tokens token_vocab finds (its runs, counted: no range, hash or number kept)."""
+    size = chars.size
+    n = 0
+    prev_run = 0
+    prev_kind = SPACE
+    kind = kind_table[chars[0]] if size else SPACE
+    for i in range(size):
+        next_kind = kind_table[chars[i + 1]] if i + 1 < size else SPACE
+        if kind == SPACE:
+            run = 0
+        elif kind == WORD or (kind == JOINER and prev_kind == WORD and next_kind == WORD):
+            run = 1
+        else:
+            run = 2
+        n += run != prev_run and run != 0
+        prev_run, prev_kind, kind = run, kind, next_kind
     return n
 
 

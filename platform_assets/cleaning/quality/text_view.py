@@ -146,6 +146,14 @@ class TextView:
 
     @cached_property
     def n_tokens(self) -> int:
+        """How many tokens: counted by one compiled pass (kernels.token_count) where the vocabulary is
+        not made (FineWeb reads only this of the text C4 rewrote), else the vocabulary's."""
+        if "vocab" not in self.__dict__ and len(self.text) >= ARRAY_VOCAB_MIN_CHARS and "tokens" not in self.__dict__:
+            points = self.code_points
+            if points is not None:
+                from platform_assets.cleaning.quality.kernels import token_count  # numba: where rules run
+
+                return token_count(points.chars, points.kinds)
         return len(self.vocab.ids)
 
     @cached_property
