@@ -42,6 +42,12 @@ def casefold_to_ascii() -> str:
     return "".join(found)
 
 
+def load() -> None:
+    """The character table, once per process (the step's build; the workers' forkserver, whose
+    workers then have it)."""
+    casefold_to_ascii()
+
+
 def _has_ascii(text: str) -> bool:
     return re.search(r"[\x00-\x7f]", text) is not None
 

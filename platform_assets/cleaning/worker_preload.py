@@ -3,6 +3,7 @@ modules, the compiled kernels loaded from numba's cache and py3langid's model, w
 has without loading them (a worker started with `spawn` paid ~1.4 CPU-s for them)."""
 
 from platform_assets.cleaning import (
+    blocklist_screen,
     guard_scan,
     language_kernels,
     language_script,
@@ -14,6 +15,6 @@ from platform_assets.cleaning.language_id import preload_model
 from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels
 
 for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize,
-                guard_scan, pii_digits):
+                guard_scan, pii_digits, blocklist_screen):
     _module.load()
 preload_model()
