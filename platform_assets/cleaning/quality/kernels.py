@@ -114,6 +114,17 @@ def token_vocab(chars, kind_table):
 
 
 @compiled
+def _run_class(prev_kind, kind, next_kind):
+    """A character's run class from its kind and its neighbours': 0 space, 1 part of a word (a joiner
+    such as an apostrophe between two word characters too), 2 other."""
+    if kind == SPACE:
+        return 0
+    if kind == WORD or (kind == JOINER and prev_kind == WORD and next_kind == WORD):
+        return 1
+    return 2
+
+
+@compiled
 def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys):
     """Fills the token ranges (token_vocab's runs), their FNV-1a hashes (number_ranges') and their
     packed keys (the last characters that fit in 64 bits: 8 bits each for ASCII text, 16 for the BMP),
@@ -130,12 +141,7 @@ def _token_runs(chars, kind_table, tok_starts, tok_ends, tok_hashes, tok_keys):
     key = np.uint64(0)
     for i in range(size):
         next_kind = kind_table[chars[i + 1]] if i + 1 < size else SPACE
-        if kind == SPACE:
-            run = 0
-        elif kind == WORD or (kind == JOINER and prev_kind == WORD and next_kind == WORD):
-            run = 1
-        else:
-            run = 2
+        run = _run_class(prev_kind, kind, next_kind)
         if run != prev_run:
             if prev_run != 0:
                 tok_ends[n - 1], tok_hashes[n - 1], tok_keys[n - 1] = i, h, key
@@ -165,12 +171,7 @@ def token_count(chars, kind_table):
     kind = kind_table[chars[0]] if size else SPACE
     for i in range(size):
         next_kind = kind_table[chars[i + 1]] if i + 1 < size else SPACE
-        if kind == SPACE:
-            run = 0
-        elif kind == WORD or (kind == JOINER and prev_kind == WORD and next_kind == WORD):
-            run = 1
-        else:
-            run = 2
+        run = _run_class(prev_kind, kind, next_kind)
         n += run != prev_run and run != 0
         prev_run, prev_kind, kind = run, kind, next_kind
     return n
