@@ -47,6 +47,7 @@ from platform_assets.dedup.result import (  # re-exported: callers import them f
     DedupResult,
 )
 from platform_assets.dedup.settings import DedupSettings
+from platform_assets.dedup.signature_spill import SignatureSpill
 from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.dedup.simhash import simhash_near_pass
 
@@ -73,14 +74,17 @@ class Deduplicator:
         self._store: ShingleStore | ShingleSpill | None = None
         self._buckets: BandBuckets | None = None
         self._spill: SpillDir | None = None
+        self._sig_spill: SignatureSpill | None = None  # storage: disk with MinHash: the signatures on disk
         if near.enabled and near.storage.type == "disk":
             self._spill = SpillDir(near.storage.spill_dir)
+            if self.simhasher is None:  # SimHash's 8 B fingerprints stay in memory: its tables read them all
+                self._sig_spill = SignatureSpill(self._spill.path, self._width)
             if self.simhasher is None and not band_keys_given:  # SimHash builds its tables in finish()
                 bands, rows = lsh_shape(near)
                 self._buckets = BandBuckets(self._spill.path, bands, rows, near.storage.partitions)
                 self._buckets.add(0, self.prior.signatures, self.prior.n_shingles > 0)
             if near.verify == "exact":
-                self._store = ShingleSpill(self._spill.path)
+                self._store = ShingleSpill(self._spill.path, near.storage.shingle_cache_bytes)
         elif near.enabled and near.verify == "exact":
             self._store = ShingleStore()
         self._rows = 0
@@ -116,7 +120,10 @@ class Deduplicator:
         self._rows += n
         sigs = signature_matrix(keys, self._width)
         n_sh = keys.column("n_shingles").to_numpy(zero_copy_only=False).astype(np.int32)
-        self._sigs.append(sigs)
+        if self._sig_spill is not None:
+            self._sig_spill.add(sigs)
+        else:
+            self._sigs.append(sigs)
         self._n_shingles.append(n_sh)
         if self._store is not None:
             self._store.add_top32(*shingle_lists(keys))
@@ -137,7 +144,11 @@ class Deduplicator:
         sources = _concat(self._sources, pa.string())
         hashes = _concat(self._hashes, TEXT_HASH_TYPE)
         n = len(ids)
-        sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32)
+        sigs: np.ndarray | SignatureSpill
+        if self._sig_spill is not None:
+            sigs = self._sig_spill  # read back per candidate and for the kept rows only (signature_spill.py)
+        else:
+            sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32)
         n_sh = np.concatenate(self._n_shingles) if self._n_shingles else np.empty(0, np.int32)
         prio = _concat(self._prio, pa.float64())
         # the per-slice pieces are copied into the arrays above: released now, not when the caller drops
@@ -154,20 +165,24 @@ class Deduplicator:
         try:
             if s.near.enabled and n:
                 self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+            self._release_near_state()  # shingles, band keys: not needed for the rest
+            image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
+            phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
+            self._image_rows, self._phashes = [], []
+            counts.images = len(image_rows)
+            if s.images.enabled and len(image_rows):
+                self._image_links(image_rows, phashes, rank, links, counts)
+            root = self._resolve_clusters(rank, links)
+
+            keep = links.target < 0
+            decisions, duplicates = self._tables(ids, sources, order, root, keep, links)
+            kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
+            kept_rows = kept_rows[_first_occurrence(ids.to_pylist(), kept_rows)]
+            # storage: disk reads the kept rows from the spill file (before close() removes it)
+            kept_signatures = sigs.take(kept_rows) if isinstance(sigs, SignatureSpill) else sigs[kept_rows]
+            del sigs
         finally:
             self.close()
-        image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
-        phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
-        self._image_rows, self._phashes = [], []
-        counts.images = len(image_rows)
-        if s.images.enabled and len(image_rows):
-            self._image_links(image_rows, phashes, rank, links, counts)
-        root = self._resolve_clusters(rank, links)
-
-        keep = links.target < 0
-        decisions, duplicates = self._tables(ids, sources, order, root, keep, links)
-        kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
-        kept_rows = kept_rows[_first_occurrence(ids.to_pylist(), kept_rows)]
         take = pa.array(kept_rows, pa.int64())
         accepted = self.prior.extended(
             AcceptedSignatures(
@@ -175,7 +190,7 @@ class Deduplicator:
                 pc.take(sources, take),
                 pc.take(hashes, take),
                 n_sh[kept_rows],
-                sigs[kept_rows],
+                kept_signatures,
                 _phashes_of(kept_rows, image_rows, phashes),
             )
         )
@@ -193,14 +208,20 @@ class Deduplicator:
             raise RuntimeError("this Deduplicator has finished: its per-document state is released; "
                                "start a new one to deduplicate again")
 
+    def _release_near_state(self) -> None:
+        if isinstance(self._store, ShingleSpill):
+            self._store.close()
+        self._store = self._buckets = self._band_keys = None  # `verify: exact` in memory: 4 B per shingle
+
     def close(self) -> None:
         """Remove the spill files (storage: disk); finish() does it, a caller that gives up may."""
+        self._release_near_state()
+        if self._sig_spill is not None:
+            self._sig_spill.close()
+            self._sig_spill = None
         if self._spill is not None:
-            if isinstance(self._store, ShingleSpill):
-                self._store.close()
             self._spill.close()
             self._spill = None
-        self._store = self._buckets = self._band_keys = None  # `verify: exact` in memory: 4 B per shingle
 
     def _exact_links(self, hashes: pa.Array, order: np.ndarray, rank: np.ndarray, links: _Links) -> None:
         """Same normalised text: link to the best-ranked row, or to an earlier run's document."""
@@ -219,7 +240,7 @@ class Deduplicator:
     def _near_links(
         self,
         ids: list[str],
-        sigs: np.ndarray,
+        sigs: np.ndarray | SignatureSpill,
         n_sh: np.ndarray,
         order: np.ndarray,
         rank: np.ndarray,

@@ -141,6 +141,8 @@ class AcceptedSignatures:
         )
 
     def extended(self, other: AcceptedSignatures) -> AcceptedSignatures:
+        if len(self) == 0 and self.phashes is None:  # a first run: `other` itself, not a copy of its 512 B rows
+            return other
         return AcceptedSignatures(
             pa.concat_arrays([self.ids, other.ids]),
             pa.concat_arrays([self.sources, other.sources]),

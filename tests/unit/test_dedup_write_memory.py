@@ -57,12 +57,14 @@ def test_finish_releases_the_per_document_pieces_and_refuses_reuse():
     dedup = Deduplicator(DedupSettings())
     dedup.add_batch(batch.slice(0, 15))
     dedup.add_batch(batch.slice(15))
-    assert len(dedup._sigs) == 2 and len(dedup._ids) == 2
+    # storage: disk (the default) spills the signatures as they come (signature_spill.py), the rest is kept
+    assert len(dedup._sig_spill) == 31 and dedup._sigs == [] and len(dedup._ids) == 2
     result = dedup.finish()
     assert result.counts.documents == 31 and result.counts.removed_exact == 1
     assert result.accepted.signatures.shape == (30, 128)  # what the artifact needs stays with the result
     # the stage keeps the Deduplicator through the write pass: its signature pieces must not stay too
     assert (dedup._sigs, dedup._ids, dedup._hashes, dedup._prio, dedup._store) == ([], [], [], [], None)
+    assert dedup._sig_spill is None and dedup._spill is None  # the spill files are removed
     with pytest.raises(RuntimeError, match="finished"):
         dedup.add_batch(batch)
     with pytest.raises(RuntimeError, match="finished"):
