@@ -1,0 +1,146 @@
+"""What the dedup stage keeps in memory with `near.storage.type: disk`: the signatures wait on disk
+(signature_spill.py) and come back per candidate and for the kept rows, the shingle cache stays within
+`shingle_cache_bytes`, and the stage writes the accepted-signature artifact before the write pass and
+lets it go. Decisions and bytes are those of the in-memory forms."""
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from platform_assets.contracts import SIGNATURES_FILE
+from platform_assets.dedup.band_buckets import ShingleSpill
+from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
+from platform_assets.dedup.settings import DedupSettings
+from platform_assets.dedup.signature_spill import SignatureSpill
+from platform_assets.dedup.stage import deduplicate_outputs
+from platform_assets.parquet_parts import TableSink
+from platform_assets.schema import DOCUMENTS_SCHEMA
+from platform_assets.storage import Storage
+
+VOCAB = [f"w{i}" for i in range(3000)]
+
+
+def _corpus(n_base: int = 60, seed: int = 3) -> list[str]:
+    """Distinct essays, then one-word edits of every third one (near duplicates, J ~0.97)."""
+    rng = random.Random(seed)
+    base = [" ".join(rng.choice(VOCAB) for _ in range(250)) for _ in range(n_base)]
+    edits = []
+    for text in base[::3]:
+        words = text.split()
+        words[rng.randrange(len(words))] = "edited"
+        edits.append(" ".join(words))
+    return base + edits
+
+
+def _table(texts: list[str]) -> pa.Table:
+    n = len(texts)
+    return pa.table({
+        "id": [f"d{i:04d}" for i in range(n)], "source": ["web"] * n, "text": pa.array(texts, pa.large_string()),
+        "modality": ["text"] * n, "uri": [f"u{i}" for i in range(n)], "license": [None] * n, "meta": [None] * n,
+        "ingested_at": pa.array([1_700_000_000 + i for i in range(n)], pa.timestamp("s", tz="UTC")),
+        "media": pa.nulls(n, DOCUMENTS_SCHEMA.field("media").type),
+    }, schema=DOCUMENTS_SCHEMA)
+
+
+def _storage_settings(tmp_path, kind: str, **storage) -> DedupSettings:
+    s = DedupSettings()
+    near = s.near.model_copy(update={"storage": s.near.storage.model_copy(
+        update={"type": kind, "spill_dir": str(tmp_path), **storage})})
+    return s.model_copy(update={"near": near})
+
+
+def test_signature_spill_gives_back_the_rows_it_was_given(tmp_path):
+    rng = np.random.default_rng(0)
+    matrix = rng.integers(0, 2**32, size=(1000, 16), dtype=np.uint32)
+    spill = SignatureSpill(tmp_path, 16)
+    for piece in np.array_split(matrix, 3):
+        spill.add(piece)
+    assert len(spill) == 1000
+    picks = rng.integers(0, 1000, size=50)
+    assert np.array_equal(spill[picks], matrix[picks])
+    assert np.array_equal(spill[int(picks[0])], matrix[picks[0]])
+    assert np.array_equal(spill[np.int64(999)], matrix[999])
+    kept = rng.permutation(1000)[:400]  # any order, as the keep policy's
+    assert np.array_equal(spill.take(kept, chunk_rows=64), matrix[kept])
+    assert spill.take(np.empty(0, np.int64)).shape == (0, 16)
+    with pytest.raises(IndexError):
+        spill[np.array([1000])]
+    with pytest.raises(IndexError):
+        spill.take(np.array([5, 1000]))
+    with pytest.raises(RuntimeError, match="being read"):
+        spill.add(matrix[:1])
+    (tmp_path / "w8").mkdir()
+    with pytest.raises(ValueError, match="expected"):
+        SignatureSpill(tmp_path / "w8", 8).add(matrix[:2])
+    spill.close()
+
+
+def test_signature_spill_take_reads_at_most_one_chunk_at_a_time(tmp_path):
+    """The artifact's gather holds the kept rows and one chunk, never the whole file."""
+    matrix = np.arange(500 * 8, dtype=np.uint32).reshape(500, 8)
+    spill = SignatureSpill(tmp_path, 8)
+    spill.add(matrix)
+    reads = []
+    read = spill._read
+    spill._read = lambda first, count: reads.append(count) or read(first, count)
+    rows = np.array([499, 3, 250, 251, 4])
+    assert np.array_equal(spill.take(rows, chunk_rows=32), matrix[rows])
+    assert max(reads) <= 32 and len(reads) == 3  # chunks 0, 7 and 15 only: no chunk without a kept row
+    spill.close()
+
+
+def test_shingle_cache_stays_within_its_budget(tmp_path):
+    rng = np.random.default_rng(1)
+    spill = ShingleSpill(tmp_path, cache_bytes=10_000)
+    sizes = rng.integers(200, 600, size=100)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    values = rng.integers(0, 2**32, size=int(offsets[-1]), dtype=np.uint32)
+    spill.add_top32(values, offsets)
+    for doc in rng.integers(0, 100, size=400).tolist():
+        got = spill.get(doc)
+        assert np.array_equal(got, np.unique(values[offsets[doc]:offsets[doc + 1]]))
+        assert spill.cached_bytes <= 10_000
+        assert spill.cached_bytes == sum(a.nbytes for a in spill._cache.values())
+    spill.release(int(next(iter(spill._cache))))
+    assert spill.cached_bytes == sum(a.nbytes for a in spill._cache.values())
+    spill.close()
+    assert spill.cached_bytes == 0
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 4096])
+def test_spilled_signatures_and_a_small_cache_decide_as_memory(tmp_path, cache_bytes):
+    table = _table(_corpus())
+    memory = deduplicate(table, _storage_settings(tmp_path, "memory"), batch_rows=17)[1]
+    disk = Deduplicator(_storage_settings(tmp_path, "disk", shingle_cache_bytes=cache_bytes))
+    for batch in table.to_batches(max_chunksize=17):
+        disk.add_batch(batch)
+    assert len(disk._sig_spill) == table.num_rows and disk._sigs == []  # no matrix in memory
+    result = disk.finish()
+    assert memory.counts.removed_near == 20 and result.counts.as_dict() == memory.counts.as_dict()
+    assert result.decisions.equals(memory.decisions) and result.duplicates.equals(memory.duplicates)
+    assert result.accepted.to_table(DedupSettings()).equals(memory.accepted.to_table(DedupSettings()))
+    assert list(tmp_path.glob("dedup-spill-*")) == []  # spill files removed
+
+
+def test_stage_writes_the_artifact_before_the_write_pass_and_lets_it_go(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path / "out"))
+    texts = _corpus()
+    with storage.staged_dir("cleaned_documents/web") as staged, staged.open_output("part-00000.parquet") as f:
+        pq.write_table(_table(texts), f, row_group_size=13)
+    events = []
+    write, write_side = TableSink.write, TableSink.write_side
+    monkeypatch.setattr(TableSink, "write", lambda self, batch: events.append("part") or write(self, batch))
+    monkeypatch.setattr(TableSink, "write_side",
+                        lambda self, name, table: events.append(name) or write_side(self, name, table))
+    settings = _storage_settings(tmp_path, "disk")
+    stage = deduplicate_outputs(storage, ["cleaned_documents/web"], "deduplicated_documents/_all", settings)
+    assert events[0] == SIGNATURES_FILE and "part" in events  # the artifact before any kept batch
+    assert stage.result.accepted is None  # not held through the write pass
+    with pytest.raises(RuntimeError, match="handed over"):
+        stage.result.hand_over_accepted()
+    artifact = pq.read_table(storage.path(f"deduplicated_documents/_all/{SIGNATURES_FILE}"))
+    reference = deduplicate(_table(texts), settings)[1].accepted.to_table(settings)
+    assert artifact.equals(reference) and artifact.num_rows == len(texts) - 20
