@@ -5,7 +5,8 @@ Entry points for the asset wrapper:
 - `Deduplicator(settings, accepted=None)`: `.add_batch(record_batch)` over every cleaned partition,
   `.finish() -> DedupResult`; `DedupResult.filter_batch(batch)` yields the kept documents with a
   `cluster_id` column, `.exclusions()`, `.duplicates`, `.removed_per_source()`,
-  `.cluster_size_histogram()`, `.counts`, `.accepted` (the incremental artifact).
+  `.cluster_size_histogram()`, `.counts`, `.accepted` (the incremental artifact; the stage takes it with
+  `.hand_over_accepted()` to write it before the write pass).
 - `AcceptedSignatures.from_table(parquet_table, settings)` / `.to_table(settings)`.
 
 Modules: settings (config), keys (what is a duplicate, per modality), shingles + hash64 (vectorised

@@ -9,9 +9,11 @@
 
 The per-document work (shingles, signatures, exact keys, keep-policy values) is DocumentKeyer's,
 pure per batch; this object holds what the global decisions need and makes them in `finish()`.
-Memory is bounded by the batch for text and by ~600 bytes per document otherwise (id, source, text
-hash, the 512-byte signature), plus 4 bytes per shingle of this run when `verify: exact`, plus 16
-bytes per image document (its phash and row number) for perceptual-hash dedup (image_near.py).
+Memory is bounded by the batch for text and by ~100 bytes per document otherwise (id, source, text
+hash) with `near.storage.type: disk`, whose signatures wait in a file (signature_spill.py; ~600 B
+with the 512-byte signature in memory otherwise), plus 4 bytes per shingle of this run for `verify:
+exact` in memory (a spill file and a bounded cache on disk), plus 16 bytes per image document (its
+phash and row number) for perceptual-hash dedup (image_near.py).
 """
 
 from __future__ import annotations
@@ -144,11 +146,9 @@ class Deduplicator:
         sources = _concat(self._sources, pa.string())
         hashes = _concat(self._hashes, TEXT_HASH_TYPE)
         n = len(ids)
-        sigs: np.ndarray | SignatureSpill
-        if self._sig_spill is not None:
-            sigs = self._sig_spill  # read back per candidate and for the kept rows only (signature_spill.py)
-        else:
-            sigs = np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32)
+        # storage: disk reads rows back per candidate and for the kept rows only (signature_spill.py)
+        sigs = self._sig_spill if self._sig_spill is not None else (
+            np.concatenate(self._sigs) if self._sigs else np.empty((0, self._width), np.uint32))
         n_sh = np.concatenate(self._n_shingles) if self._n_shingles else np.empty(0, np.int32)
         prio = _concat(self._prio, pa.float64())
         # the per-slice pieces are copied into the arrays above: released now, not when the caller drops
