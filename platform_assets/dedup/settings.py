@@ -43,10 +43,10 @@ class ExactSettings(StrictModel):
 class LshStorage(StrictModel):
     type: Literal["disk", "memory", "redis"] = "disk"
     """`disk`: band values bucketed in files, only values two documents share are indexed, shingles
-    spilled too (band_buckets.py: the same decisions as `memory`; on the real 500 MB corpus peak RSS
-    1,213 -> 831 MB and 24.7 -> 18.0 s); `memory`: datasketch's index in this process (~2.7 KB per
-    accepted document, 4 B per shingle); `redis` shares one datasketch index between workers (needs
-    the `redis` package)."""
+    and signatures spilled too (band_buckets.py, signature_spill.py: the same decisions as `memory`;
+    on the real 500 MB corpus peak RSS 1,213 -> 831 MB and 24.7 -> 18.0 s); `memory`: datasketch's
+    index in this process (~2.7 KB per accepted document, 4 B per shingle); `redis` shares one
+    datasketch index between workers (needs the `redis` package)."""
     partitions: Annotated[int, Field(ge=1, le=65536)] = 64
     """`disk`: bucket files; one is grouped in memory at a time (~(10 + 4 x rows) x bands bytes per
     document / partitions: 11 MB for 1 M documents at 18 x 7). Raise it for 100 M documents."""
