@@ -56,8 +56,8 @@ class ShingleSpill:
     """Shingle hashes of this run's documents in a file (top 32 bits, as ShingleStore keeps them),
     read back with one `pread` per document that meets a candidate, unique-sorted and cached until
     released or until the cache passes `cache_bytes`, least recently used first. Unbounded, the cache
-    held every accepted document that ever met a candidate: 24 MB at ~137k documents of the 4x
-    pipeline_scaling corpus (19,654 documents), growing with the corpus. A document read again after
+    held every accepted document that ever met a candidate: 24 MB (19,654 documents) of the 90,013
+    of the 4x pipeline_scaling corpus, growing with the corpus. A document read again after
     eviction costs one more `pread` and sort; the values, so the decisions, are the same."""
 
     def __init__(self, directory: Path, cache_bytes: int = 16 * 2**20):

@@ -3,7 +3,7 @@
 A signature is `num_perm` uint32 (512 B at 128 slots), the largest per-document state of the decision
 pass. Held as one in-memory matrix it made the stage's peak grow with the corpus: on the whole
 pipeline_scaling corpus the deduplicated_documents process grew 548 -> 645 MB of peak tree RSS from
-1x to 4x (~34k -> ~137k documents), the matrix plus its concatenation and the accepted subset being
+1x to 4x (21,362 -> 90,013 documents in), the matrix, its concatenation and the accepted subset being
 ~1.5 KB per document at the end of the decisions. Here the rows go to a file as they are fed, and:
 
 - the greedy pass reads the rows of a document that has candidates and of those candidates, one

@@ -12,9 +12,13 @@ The second streams the cleaned text again to write the kept documents instead of
 Memory: with `storage: disk` the signatures wait on disk (signature_spill.py), the accepted ones are
 written as the `_signatures` artifact before the second pass and let go, and glibc's freed heap is
 given back after the decisions (malloc_trim): the second pass holds ~100 B per document (the
-decisions' ids) plus one batch. On the whole pipeline_scaling corpus (~34k documents at 1x, ~137k at
-4x; in-process max RSS of the stage, 2 cores) 500 / 642 MB before (1.28x), 516 / 563 MB after
-(1.09x); the same bytes out. In incremental mode the previous output is the starting point:
+decisions' ids) plus the write pass's batches (`io.batch_bytes`: the read one, its kept copy, the one
+being encoded). The stage process on the whole pipeline_scaling corpus (21,362 documents in at 1x,
+90,013 at 4x; 2 cores, 2-4 runs each), peak tree RSS before 473-499 MB at 1x, 609-636 at 4x; after
+464-475 and 532-562, the same bytes out. What still differs is mostly the write pass: 5 batches at
+1x, 21 at 4x, whose steady state (~220 MB of Arrow memory) 1x seldom reaches.
+
+In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
 documents seen before (accepted or excluded) are not fed again, and only new documents are
 deduplicated, against everything accepted so far.
