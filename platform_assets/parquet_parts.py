@@ -325,10 +325,12 @@ class TableSink:
     """
 
     def __init__(self, storage: Storage, rel: str, schema: pa.Schema, io: IOSettings | None = None,
-                 based_on: BasedOn | None = None):
-        """based_on: the output's version the caller read (Storage.staged_dir refuses to commit over another)."""
+                 based_on: BasedOn | None = None, write_behind: bool = True):
+        """based_on: the output's version the caller read (Storage.staged_dir refuses to commit over another);
+        write_behind: the main parts' writer's (PartWriter)."""
         self.storage, self.rel, self.schema = storage, rel, schema
         self.based_on = based_on
+        self._write_behind = write_behind
         self.io = io or IOSettings()
         self.files: dict[str, dict[str, object]] = {}
         self._writers: list[PartWriter] = []
@@ -336,7 +338,7 @@ class TableSink:
     def __enter__(self) -> TableSink:
         self._staging = self.storage.staged_dir(self.rel, self.based_on)
         self.staged = self._staging.__enter__()
-        self._main = self.part_writer(self.schema)
+        self._main = self.part_writer(self.schema, write_behind=self._write_behind)
         return self
 
     def part_writer(self, schema: pa.Schema, prefix: str = PART_PREFIX, write_behind: bool = True) -> PartWriter:

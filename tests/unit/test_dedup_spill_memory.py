@@ -144,3 +144,28 @@ def test_stage_writes_the_artifact_before_the_write_pass_and_lets_it_go(tmp_path
     artifact = pq.read_table(storage.path(f"deduplicated_documents/_all/{SIGNATURES_FILE}"))
     reference = deduplicate(_table(texts), settings)[1].accepted.to_table(settings)
     assert artifact.equals(reference) and artifact.num_rows == len(texts) - 20
+
+
+def test_the_write_pass_encodes_each_kept_batch_before_reading_the_next(tmp_path, monkeypatch):
+    """The write pass holds the batch read and its kept rows; a write-behind thread encoding the batch
+    before held a third (~64 MiB at the default io.batch_bytes): the stage process at the whole
+    corpus x4 peaked at 532 MB against 467 at 1x with it, 491-498 without."""
+    import threading
+
+    from platform_assets import parquet_parts
+
+    storage = Storage(str(tmp_path / "out"))
+    with storage.staged_dir("cleaned_documents/web") as staged, staged.open_output("part-00000.parquet") as f:
+        pq.write_table(_table(_corpus()), f, row_group_size=13)
+    writing_threads = set()
+    write_batch = parquet_parts.pq.ParquetWriter.write_batch
+
+    def recording(self, batch, *args, **kwargs):
+        writing_threads.add(threading.current_thread().name)
+        return write_batch(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(parquet_parts.pq.ParquetWriter, "write_batch", recording)
+    stage = deduplicate_outputs(storage, ["cleaned_documents/web"], "deduplicated_documents/_all",
+                                _storage_settings(tmp_path, "disk"))
+    assert stage.rows == 60  # 80 in, 20 near duplicates out
+    assert writing_threads == {threading.current_thread().name}  # no writer thread of its own
