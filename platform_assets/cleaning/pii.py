@@ -182,14 +182,14 @@ def _phone_ok(m: re.Match[str]) -> bool:
     return True
 
 
-# Four dotted numbers after these words are versions or section numbers, not addresses:
-# "version 2.6.32.1", "v1.2.3.4", "Section 36.2.1.1", "Firefox/2.0.0.11" (not "http://1.2.3.4")...
 # Redactor.redact's passes at most: a pass that replaces something is followed by one more. A chain of n
 # addresses, each after the one before and a "/", needs n; past this, what is left is for the residual
 # check to report, not for another scan of the whole text (a 200 KB text of such a chain would be
 # scanned thousands of times)
 REDACTION_PASSES = 4
 
+# Four dotted numbers after these words are versions or section numbers, not addresses:
+# "version 2.6.32.1", "v1.2.3.4", "Section 36.2.1.1", "Firefox/2.0.0.11" (not "http://1.2.3.4")...
 _NOT_AN_ADDRESS_CONTEXT_RE = re.compile(
     r"(?i:\b(?:v|ver|version|versi[oó]n|vers[aã]o|release|kernel|linux|build|firmware|section|secci[oó]n"
     r"|sections|se[cç][cç]?[aã]o|sezione|abschnitt|afsnit|kapitel|chapter|chapitre|cap[ií]tulo|capitolo|seksjon|sektion"
