@@ -131,7 +131,9 @@ class BlocklistFilter(DocumentStep):
         super().__init__(modalities=settings.modalities, languages=settings.languages, **kwargs)
         self.settings = settings
         self.blocklist = Blocklist(terms if terms is not None else read_terms(settings.path))
-        self.blocklist.screen([])  # the screen's character table (~25 ms, once per process) here, not in a batch
+
+    def load(self) -> None:
+        self.blocklist.screen([])  # the screen's character table (~25 ms, once per process)
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:
         return self.blocklist.screen(texts)

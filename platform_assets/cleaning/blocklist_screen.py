@@ -43,7 +43,7 @@ def casefold_to_ascii() -> str:
 
 
 def load() -> None:
-    """The character table, once per process (the step's build; the workers' forkserver, whose
+    """The character table, once per process (the step's load; the workers' forkserver, whose
     workers then have it)."""
     casefold_to_ascii()
 

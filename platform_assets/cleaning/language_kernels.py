@@ -31,7 +31,7 @@ _loaded = False
 
 def load() -> None:
     """Compile or load from the cache both kernels, with the argument types the language step passes,
-    once per process (LanguageFilter calls it when built, as the quality step calls its kernels')."""
+    once per process (LanguageFilter's load, as the quality step's loads its kernels)."""
     global _loaded
     if _loaded:
         return

@@ -157,7 +157,7 @@ def _compiled_scripts() -> tuple[Any, np.ndarray, np.ndarray]:
 
 
 def load() -> None:
-    """The compiled script pass and its tables, once per process: the language step calls it when built,
+    """The compiled script pass and its tables, once per process: the language step calls it before its first batch,
     so that its first non-ASCII document does not pay for it."""
     _compiled_scripts()
 

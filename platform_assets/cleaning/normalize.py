@@ -225,7 +225,7 @@ def normalize_text(text: str, settings: NormalizeSettings, counters: Counter[str
 @cache
 def _scanner() -> tuple[Callable[[str, np.ndarray], int], np.ndarray]:
     """normalize_scan.scan and its table, built from this module's regexes (~0.05 s, once per process;
-    the step calls it when built)."""
+    the step's load calls it)."""
     table = normalize_scan.char_flags(_NEEDS_FTFY_RE, re.compile(_MOJIBAKE_LEAD), re.compile(_MOJIBAKE_CONT),
                                       _SPACES_RE, _CONTROL_RE, _LINE_BREAK_CHARS_RE)
     normalize_scan.load(table)
@@ -233,7 +233,7 @@ def _scanner() -> tuple[Callable[[str, np.ndarray], int], np.ndarray]:
 
 
 def load() -> None:
-    """The scan's table and compiled kernel, once per process (the step calls it when built; an image
+    """The scan's table and compiled kernel, once per process (the step's load, before its first batch; an image
     build calls it to compile the kernel into numba's cache: ~0.1 CPU-s cold)."""
     _scanner()
     _space_separators()

@@ -83,7 +83,7 @@ def _sequences(pattern: re.Pattern[str]) -> tuple[list[list[tuple]], list[bool]]
 
 @cache
 def matcher() -> BadnessMatcher | None:
-    """The tables of ftfy's BADNESS_RE (~0.3 s, once per process: the step's build calls it), or None
+    """The tables of ftfy's BADNESS_RE (~0.3 s, once per process: the step's load calls it), or None
     when its shape is not sequences of single characters."""
     import re._compiler as sre_compile
     import re._parser as sre_parse
@@ -142,7 +142,7 @@ def is_bad(text: str) -> bool | None:
 
 
 def load() -> None:
-    """The tables and the kernel, once per process (normalize's step build)."""
+    """The tables and the kernel, once per process (normalize's step load)."""
     if matcher() is not None:
         is_bad("é")
 

@@ -78,7 +78,7 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def load() -> None:
-    """The BMP tables, once per process (the quality step calls it when built)."""
+    """The BMP tables, once per process (the quality step's load calls it)."""
     _bmp_tables()
 
 

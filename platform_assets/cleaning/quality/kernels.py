@@ -43,8 +43,9 @@ _loaded = False
 
 def load() -> None:
     """Compile or load from the cache every kernel, with the argument types the rules pass, once per
-    process: the quality step calls it when built, so that its first document does not pay for it
-    (loading ~0.3 s, most of it initialising LLVM; compiling, with a cold cache, ~6 CPU-s)."""
+    process: the quality step calls it before its first batch (Step.load), so that its first document
+    does not pay for it (loading ~0.3 s, most of it initialising LLVM; compiling, with a cold cache, ~6
+    CPU-s)."""
     global _loaded
     if _loaded:
         return

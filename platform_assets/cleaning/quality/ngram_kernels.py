@@ -27,7 +27,7 @@ _MIX = np.uint64(0xFF51AFD7ED558CCD)  # murmur3's finaliser constant
 
 def load() -> None:
     """Compile or load from the cache every kernel here, with the argument types the rules pass, once
-    per process (the quality step calls it when built)."""
+    per process (the quality step's load calls it)."""
     ids = np.array([0, 1, 0, 1, 0, 1], dtype=np.int64)
     counts = np.array([3, 3], dtype=np.int64)
     first = np.array([0, 1], dtype=np.int64)

@@ -7,7 +7,7 @@ per-token and per-line loops are compiled kernels, one call per document: the vo
 text's code points (array_vocab.py, kernels.py; `re`/`regex` and a dict below 64 characters or
 beyond the BMP), the n-gram levels, bounds and duplicate walks (kernels.py), the word figures over
 distinct tokens weighted by counts, and the line statistics of every rule set (line_stats.py); bounds
-skip work that cannot change the outcome. The kernels are loaded when the step is built (~0.4-0.5 s
+skip work that cannot change the outcome. The kernels are loaded before the step's first batch (Step.load; ~0.4-0.5 s
 per process from numba's cache; ~7 CPU-s to compile where the cache is cold or unwritable).
 
 The checks and their order follow datatrove 0.10.1 (what FineWeb ran), so the first failing check is
