@@ -12,11 +12,12 @@ The second streams the cleaned text again to write the kept documents instead of
 Memory: with `storage: disk` the signatures wait on disk (signature_spill.py), the accepted ones are
 written as the `_signatures` artifact before the second pass and let go, and glibc's freed heap is
 given back after the decisions (malloc_trim): the second pass holds ~100 B per document (the
-decisions' ids) plus the write pass's batches (`io.batch_bytes`: the read one, its kept copy, the one
-being encoded). The stage process on the whole pipeline_scaling corpus (21,362 documents in at 1x,
-90,013 at 4x; 2 cores, 2-4 runs each), peak tree RSS before 473-499 MB at 1x, 609-636 at 4x; after
-464-475 and 532-562, the same bytes out. What still differs is mostly the write pass: 5 batches at
-1x, 21 at 4x, whose steady state (~220 MB of Arrow memory) 1x seldom reaches.
+decisions' ids) plus the write pass's batches (`io.batch_bytes`: the read one and its kept copy, encoded
+in this thread before the next is read). The stage process on the whole pipeline_scaling corpus (21,362
+documents in at 1x, 90,013 at 4x; 2 cores, 2-4 runs each), peak tree RSS before 473-499 MB at 1x,
+609-636 at 4x; with the spill 464-475 and 532-562; without the write-behind thread 467 and 491-498;
+the same bytes out. At 16x (~360k documents) it still grew to 954 MB: the accepted signatures are
+gathered at once for the artifact (~160 MB there), the rest not located.
 
 In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
