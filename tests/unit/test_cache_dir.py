@@ -69,7 +69,7 @@ def test_stale_kernel_folders_are_removed_after_a_week_only(tmp_path):
 
 def test_the_cleaning_kernels_cache_in_the_folder_of_their_sources(tmp_path):
     code = ("import numba; from platform_assets.cleaning.quality import kernels, line_stats; "
-            "print(numba.config.CACHE_DIR); print(line_stats._kept_lines._cache._cache_path)")
+            "print(numba.config.CACHE_DIR); print(line_stats._kept_lines_at._cache._cache_path)")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["PLATFORM_ASSETS_CACHE_DIR"] = str(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,

@@ -15,7 +15,7 @@ from platform_assets.cleaning.quality.text_view import TextView, duplicates, spl
 
 
 def _replaced_piece_duplicates(chars, spaces, min_newlines, strip):
-    """line_stats.piece_duplicates before it read the newline positions: a loop over every character."""
+    """line_stats.piece_duplicates_at before it read the newline positions: a loop over every character."""
     lo, hi = 0, chars.size
     if strip:
         while lo < hi and spaces[chars[lo]]:
@@ -164,7 +164,6 @@ def test_pieces_from_newline_positions_equal_the_character_loop():
             new = line_stats.piece_duplicates_at(points.chars, points.spaces, newlines, min_newlines, strip)
             old = _replaced_piece_duplicates(points.chars, points.spaces, min_newlines, strip)
             assert new == old, (min_newlines, strip, repr(text))
-            assert line_stats.piece_duplicates(points.chars, points.spaces, min_newlines, strip) == old
         view = TextView(text)
         for paragraphs, split in ((True, split_paragraphs), (False, split_lines)):
             expected = split(text)

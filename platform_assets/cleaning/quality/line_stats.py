@@ -62,11 +62,12 @@ def load() -> None:
     spaces = np.zeros(256, dtype=np.bool_)
     for chars in (np.frombuffer(b"a", dtype=np.uint8), np.frombuffer("a".encode("utf-32-le"), dtype=np.uint32)):
         flags = _flags(256 if chars.dtype == np.uint8 else 0x10000)
-        _kept_lines(chars, spaces, flags, 1)
-        _bullet_ellipsis_lines(chars, spaces, flags, *_bullet_table(("-",)))
+        breaks, newlines = line_break_positions(chars, flags), newline_positions(chars)
+        _kept_lines_at(chars, spaces, flags, breaks, 1)
+        _bullet_ellipsis_lines_at(chars, spaces, flags, breaks, *_bullet_table(("-",)))
         other_line_breaks(chars)
-        _nonblank_line_stats(chars, spaces, _char_table(frozenset("."), flags.size), 30)
-        piece_duplicates_at(chars, spaces, newline_positions(chars), 1, False)
+        _nonblank_line_stats_at(chars, spaces, _char_table(frozenset("."), flags.size), 30, newlines)
+        piece_duplicates_at(chars, spaces, newlines, 1, False)
 
 
 def bullet_ellipsis_lines(points, bullets: tuple[str, ...], breaks: np.ndarray | None = None) -> tuple[int, int, int]:
@@ -155,11 +156,6 @@ def line_break_positions(chars, flags):
 
 
 @compiled
-def _kept_lines(chars, spaces, flags, min_words):
-    return _kept_lines_at(chars, spaces, flags, line_break_positions(chars, flags), min_words)
-
-
-@compiled
 def _kept_lines_at(chars, spaces, flags, breaks, min_words):
     """KeptLines' fields given the line boundaries (line_breaks): each line is found from them, not by
     a flag lookup per character."""
@@ -226,11 +222,6 @@ def _inner_boundaries(chars, spaces, flags, a, b):
 
 
 @compiled
-def _bullet_ellipsis_lines(chars, spaces, flags, bullets, bullet_ends):
-    return _bullet_ellipsis_lines_at(chars, spaces, flags, line_break_positions(chars, flags), bullets, bullet_ends)
-
-
-@compiled
 def _bullet_ellipsis_lines_at(chars, spaces, flags, breaks, bullets, bullet_ends):
     """bullet_ellipsis_lines given the line boundaries (line_breaks)."""
     size = chars.size
@@ -260,11 +251,6 @@ def _bullet_ellipsis_lines_at(chars, spaces, flags, breaks, bullets, bullet_ends
             j += 2 if chars[j] == 13 and j + 1 < size and chars[j + 1] == 10 else 1
         i = j
     return lines, bulleted, ellipsis
-
-
-@compiled
-def _nonblank_line_stats(chars, spaces, stop, short_length):
-    return _nonblank_line_stats_at(chars, spaces, stop, short_length, newline_positions(chars))
 
 
 @compiled
@@ -308,8 +294,11 @@ def newline_positions(chars):
 
 @compiled
 def piece_duplicates_at(chars, spaces, newlines, min_newlines, strip):
-    """piece_duplicates given the text's newline positions (newline_positions(chars)): the pieces are
-    found from the newlines alone, ~1 per 50 characters of prose, not from every character."""
+    """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
+    (re.split(r"\n+") for 1, re.split(r"\n{2,}") for 2), of the text str.strip-ped first if `strip`
+    (`spaces`: str.isspace per code point): (pieces, repeated pieces, characters in them). The pieces
+    are found from the text's newline positions (newline_positions(chars)) alone, ~1 per 50 characters
+    of prose, not from every character."""
     lo, hi = 0, chars.size
     if strip:
         while lo < hi and spaces[chars[lo]]:
@@ -334,11 +323,3 @@ def piece_duplicates_at(chars, spaces, newlines, min_newlines, strip):
     n += 1
     repeated, repeated_chars = repeated_ranges(chars, starts, ends, n)
     return n, repeated, repeated_chars
-
-
-@compiled
-def piece_duplicates(chars, spaces, min_newlines, strip):
-    """text_view.duplicates of the pieces between maximal runs of at least `min_newlines` newlines
-    (re.split(r"\n+") for 1, re.split(r"\n{2,}") for 2), of the text str.strip-ped first if `strip`
-    (`spaces`: str.isspace per code point): (pieces, repeated pieces, characters in them)."""
-    return piece_duplicates_at(chars, spaces, newline_positions(chars), min_newlines, strip)
