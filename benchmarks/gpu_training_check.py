@@ -90,8 +90,9 @@ def write_shards(root: Path, train_samples: int, seed: int = 0) -> Path:
     return write_flat(root, sets, SEQ_LEN, pad_id=0, eos_id=1, vocab_size=VOCAB)
 
 
-def run_config(flat: Path, ckpt: Path, model: dict[str, int], steps: int, **over: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = {
+def run_config(flat: Path, ckpt: Path, model: dict[str, int], steps: int) -> dict[str, Any]:
+    """The base run config; each variant is overrides of it (`--set key.sub=value`, training's own)."""
+    return {
         "data": {"data_dir": str(flat), "global_batch_size": 32, "micro_batch_size": 8, "num_workers": 2},
         "model": {"model_type": "llama", "overrides": dict(model)},
         "optimizer": {"lr": 6e-4},
@@ -102,24 +103,19 @@ def run_config(flat: Path, ckpt: Path, model: dict[str, int], steps: int, **over
         "precision": "auto",
         "log_interval": max(1, steps // 10),
     }
-    for dotted, value in over.items():
-        *parents, leaf = dotted.split("__")
-        node = raw
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return raw
 
 
-def train(work: Path, name: str, raw: dict[str, Any], torchrun: bool, timeout: int) -> dict[str, Any]:
-    """One training run in its own process (torchrun: an NCCL / gloo process group of 1); its result
-    from the metrics file and the last log lines."""
+def train(work: Path, name: str, raw: dict[str, Any], overrides: dict[str, Any], torchrun: bool,
+          timeout: int) -> dict[str, Any]:
+    """One training run in its own process (torchrun: an NCCL / gloo process group of 1) of `raw` with
+    `overrides` (dotted keys, passed as `--set`); its result from the metrics file and the last log lines."""
     config = work / f"{name}.yaml"
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
                 if torchrun else [sys.executable])
     started = time.perf_counter()
-    done = subprocess.run([*launcher, "-m", "training.train", "--config", str(config)], cwd=REPO,
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    done = subprocess.run([*launcher, "-m", "training.train", "--config", str(config), *sets], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
     out: dict[str, Any] = {"returncode": done.returncode, "wall_s": round(time.perf_counter() - started, 1),
@@ -172,17 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     if cuda and not args.dry_run:  # inductor's code generation takes minutes on a CPU
         runs.append(("sdpa_bf16_compiled", {"compile": True}, False))
     if results["environment"]["flash_attn"]:
-        runs.append(("flash_attention_2", {"model__attn_implementation": "flash_attention_2"}, False))
+        runs.append(("flash_attention_2", {"model.attn_implementation": "flash_attention_2"}, False))
     else:
         results["flash_attention_2"] = "skipped: flash-attn does not import on this machine"
     if results["environment"]["bitsandbytes"] and cuda:
-        runs.append(("adamw_8bit", {"optimizer__name": "adamw_8bit"}, False))
+        runs.append(("adamw_8bit", {"optimizer.name": "adamw_8bit"}, False))
     else:
         results["adamw_8bit"] = "skipped: bitsandbytes does not import here (or no CUDA)"
     for name, over, torchrun in runs:
-        raw = run_config(flat, work / f"ckpt-{name}", model, args.steps, **over)
+        raw = run_config(flat, work / f"ckpt-{name}", model, args.steps)
         try:
-            results[name] = train(work, name, raw, torchrun, timeout=600)
+            results[name] = train(work, name, raw, over, torchrun, timeout=600)
         except subprocess.TimeoutExpired:
             results[name] = "timed out after 600 s"
         save()
