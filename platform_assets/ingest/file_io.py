@@ -141,13 +141,6 @@ class MappedLineBlocks:
             pos, lineno = end, lineno + newlines
 
 
-def iter_mapped_line_blocks(
-    mapped: mmap.mmap, max_line_bytes: int, block_bytes: int = BLOCK_BYTES
-) -> Iterator[tuple[int, memoryview | bytes | None, int]]:
-    """`iter_line_blocks` over a memory-mapped file (MappedLineBlocks, without early release)."""
-    return iter(MappedLineBlocks(mapped, max_line_bytes, block_bytes))
-
-
 class NewlineCounter:
     """Counts b"\n" in a buffer without copying it. `np.frombuffer(b) == 10` would allocate a fresh
     mask as large as the buffer for each block: 16 MiB of new pages to fault in and zero per block

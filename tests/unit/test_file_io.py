@@ -70,7 +70,7 @@ def _mapped(tmp_path, data: bytes):
     b"\n\n\n",
 ])
 def test_mapped_blocks_give_the_same_lines_as_streamed_blocks(tmp_path, data):
-    from platform_assets.ingest.file_io import iter_mapped_line_blocks
+    from platform_assets.ingest.file_io import MappedLineBlocks
 
     def lines(blocks):
         out = []
@@ -84,5 +84,5 @@ def test_mapped_blocks_give_the_same_lines_as_streamed_blocks(tmp_path, data):
         return out
 
     streamed = lines(iter_line_blocks(_stream(data), max_line_bytes=20_000, block_bytes=1000))
-    mapped = lines(iter_mapped_line_blocks(_mapped(tmp_path, data), max_line_bytes=20_000, block_bytes=1000))
+    mapped = lines(MappedLineBlocks(_mapped(tmp_path, data), max_line_bytes=20_000, block_bytes=1000))
     assert mapped == streamed

@@ -13,7 +13,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from platform_assets.ingest.file_io import NewlineCounter, iter_mapped_line_blocks
+from platform_assets.ingest.file_io import MappedLineBlocks, NewlineCounter
 from platform_assets.ingest.readers.fields import meta_json
 from platform_assets.ingest.readers.jsonl import PARSE_BLOCK_BYTES, ArrowJsonBlockParser, read_jsonl
 from platform_assets.ingest.readers.meta_columns import meta_json_column
@@ -125,7 +125,7 @@ def test_mapped_blocks_count_lines_across_pieces(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(data)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        blocks = [(first, n) for first, _, n in iter_mapped_line_blocks(mapped, 10**6, block_bytes=3 * 2**20)]
+        blocks = [(first, n) for first, _, n in MappedLineBlocks(mapped, 10**6, block_bytes=3 * 2**20)]
     assert len(blocks) > 1 and sum(n for _, n in blocks) == 40_001
     assert [first for first, _ in blocks] == [1 + sum(n for _, n in blocks[:i]) for i in range(len(blocks))]
 
