@@ -30,6 +30,8 @@ from platform_assets.dedup.hash64 import HASH_SCHEME_VERSION
 from platform_assets.dedup.settings import DedupSettings
 
 SIGNATURES_SCHEMA_NAME = "platform.dedup_signatures"
+# rows per row group of the artifact: ~4 MB of signatures, the most its writer holds encoded
+ARTIFACT_ROW_GROUP_ROWS = 8192
 SIGNATURES_SCHEMA_VERSION = 1
 FINGERPRINT_KEY = b"platform.dedup.fingerprint"
 

@@ -53,7 +53,7 @@ from platform_assets.dedup.band_partitions import (
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_partition import check_signature_partitions, dedup_input_columns
-from platform_assets.dedup.signature_store import AcceptedSignatures
+from platform_assets.dedup.signature_store import ARTIFACT_ROW_GROUP_ROWS, AcceptedSignatures
 from platform_assets.heap import fix_mmap_threshold, release_freed_heap
 from platform_assets.output_lock import BasedOn
 from platform_assets.parquet_parts import TableSink, TableSource
@@ -208,7 +208,7 @@ def deduplicate_outputs(
     with TableSink(storage, out_rel, out_schema, io, based_on, write_behind=False) as sink:
         # the artifact first (side files are listed by name: the order of writing changes no byte), then
         # let go: the write pass's peak is otherwise the artifact's 512 B per accepted document higher
-        sink.write_side(SIGNATURES_FILE, result.hand_over_accepted().to_table(settings))
+        sink.write_side(SIGNATURES_FILE, result.hand_over_accepted().to_table(settings), ARTIFACT_ROW_GROUP_ROWS)
         if seen is not None:  # incremental: earlier runs' documents first, as they were
             for batch in previous.batches():
                 carried += batch.num_rows

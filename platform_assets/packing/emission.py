@@ -3,7 +3,8 @@ provenance), its statistics, its exclusions and the conservation check of its la
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -56,13 +57,14 @@ class SetStats:
 
 @dataclass
 class Emitter:
-    """Writes runs of a set's sequences to the shard writer and collects provenance."""
+    """Writes runs of a set's sequences to the shard writer and their provenance rows to `provenance`
+    (the set's `ProvenanceSink.add`)."""
 
     writer: ShardGroupWriter
     header: ShardSetHeader
     samples_per_shard: int
+    provenance: Callable[[pa.Table], None]
     sequences: int = 0
-    provenance: list[pa.Table] = field(default_factory=list)
 
     def emit(self, seq_ptr: np.ndarray, piece_src: np.ndarray, piece_len: np.ndarray, piece_start: np.ndarray,
              tokens: RunTokens, ids: pa.Array, chunks: np.ndarray) -> None:
@@ -76,7 +78,7 @@ class Emitter:
             run = gather_samples(h.seq_len, h.pad_id, h.token_dtype, seq_ptr[a : b + 1] - p0, src,
                                  piece_len[p0:p1], values, mask_values)
             self.writer.add(run, ids.slice(p0, p1 - p0))
-        self.provenance.append(provenance_rows(
+        self.provenance(provenance_rows(
             self.writer.split, self.writer.source, self.samples_per_shard, self.sequences,
             np.asarray(seq_ptr, np.int64), ids, chunks, piece_start, piece_len))
         self.sequences += len(seq_ptr) - 1

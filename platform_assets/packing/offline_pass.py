@@ -6,8 +6,8 @@ gathered from its store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform_assets.packing.emission import Emitter, SetStats, exclusion_rows, set_stats, verify_set
+from platform_assets.packing.provenance_sink import ProvenanceSink
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.strategies import pack
 from platform_assets.packing.survey import PackSet, Survey, TokenizedInputError, describe, flatten
 from platform_assets.packing.token_batches import part_token_batches
-from platform_assets.packing.token_store import HeldTokens, SpillDir, SpilledTokens
+from platform_assets.packing.token_store import HeldTokens, SpilledTokens
 from platform_assets.parquet_parts import part_files
 from platform_assets.storage import Storage
 
-Packed = tuple[list[SetStats], list[pa.Table], list[pa.Table]]  # stats, provenance, exclusions per set
+Packed = tuple[list[SetStats], list[pa.Table]]  # stats, exclusions per set
 
 
 def plan_passes(sets: list[PackSet], max_tokens: int) -> list[list[int]]:
@@ -60,9 +61,9 @@ def _parts(storage: Storage, rel: str) -> list[tuple[str, int]]:
 
 
 def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], batch_rows: int,
-               vocab_size: int, max_tokens: int, spill: Callable[[], Path]) -> dict[int, _Held]:
+               vocab_size: int, max_tokens: int, spill_dir: Path) -> dict[int, _Held]:
     """The tokens (and masks) of the sets `members`: in memory when they fit `max_tokens` (the pass
-    planner groups only sets that fit together), else spilled to a file under `spill()`. Parts holding
+    planner groups only sets that fit together), else spilled to a file under `spill_dir`. Parts holding
     none of their rows are not read: tokenized_documents writes one directory of parts per set, so a
     pass reads its own sets only."""
     has_mask = survey.has_loss_mask
@@ -70,7 +71,7 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
     for i in members:
         s = survey.sets[i]
         store = (HeldTokens(s.tokens, has_mask) if s.tokens <= max_tokens
-                 else SpilledTokens(spill(), f"set-{i:05d}", has_mask))
+                 else SpilledTokens(spill_dir, f"set-{i:05d}", has_mask))
         held[i] = _Held(store, np.cumsum(s.lengths) - s.lengths)
     columns = ["input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
@@ -104,36 +105,21 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
 
 
 def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
-                  writer: ShardSetWriter, batch_rows: int, max_tokens: int) -> Packed:
+                  writer: ShardSetWriter, provenance: ProvenanceSink, batch_rows: int, max_tokens: int,
+                  spill_dir: Path) -> Packed:
     """Every set packed by `settings.strategy`; a set of more than `max_tokens` tokens is spilled to
-    `settings.spill_dir` (the system's temp directory by default), removed before this returns."""
-    spill_dir: SpillDir | None = None
-
-    def spill() -> Path:
-        nonlocal spill_dir
-        if spill_dir is None:
-            spill_dir = SpillDir(settings.spill_dir)
-        return spill_dir.path
-
-    try:
-        return _pack_passes(storage, rel, survey, settings, header, writer, batch_rows, max_tokens, spill)
-    finally:
-        if spill_dir is not None:
-            spill_dir.close()
-
-
-def _pack_passes(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
-                 writer: ShardSetWriter, batch_rows: int, max_tokens: int, spill: Callable[[], Path]) -> Packed:
-    stats, provenance, exclusions = [], [], []
+    `spill_dir` (the caller's, removed by it)."""
+    stats, exclusions = [], []
     for members in plan_passes(survey.sets, max_tokens):
-        held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size, max_tokens, spill)
+        held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size, max_tokens, spill_dir)
         for i in members:
             s = survey.sets[i]
             h = held.pop(i)
             packing = pack(s.lengths, settings.seq_len, settings.strategy, settings.overlong, settings.window,
                            settings.max_open_sequences)
             verify_set(s, packing)
-            emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard)
+            emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
+                              partial(provenance.add, i))
             piece_ids = s.ids.take(pa.array(packing.piece_doc)).combine_chunks() if len(packing.piece_doc) else (
                 pa.array([], pa.string()))
             try:
@@ -141,11 +127,10 @@ def _pack_passes(storage: Storage, rel: str, survey: Survey, settings: PackingSe
                              packing.piece_start, h.store, piece_ids, s.chunks[packing.piece_doc])
             finally:
                 h.store.close()
-            provenance.extend(emitter.provenance)
             d = packing.dropped
             exclusions.append(exclusion_rows(s, s.ids.take(pa.array(d)).to_pylist() if d.size else [],
                                               s.chunks[d].tolist(), s.lengths[d].tolist(), settings.seq_len))
             stats.append(set_stats(s, packing, int(s.loss_tokens.sum() - s.loss_tokens[d].sum())))
-    return stats, provenance, exclusions
+    return stats, exclusions
 
 

@@ -20,8 +20,7 @@ import pyarrow.dataset as pads
 from platform_assets.contracts import REMOVAL_TABLES
 from platform_assets.layout import asset_dir
 from platform_assets.packing.shard_index import FORMATS, INDEX_NAME
-from platform_assets.parquet_parts import write_table
-from platform_assets.storage import StagedDir, Storage
+from platform_assets.storage import Storage
 
 PROVENANCE_FILE = "provenance.parquet"
 PACKED_SHARDS_ASSET = "packed_shards"
@@ -74,16 +73,6 @@ def provenance_rows(
         },
         schema=PROVENANCE_SCHEMA,
     )
-
-
-def write_provenance(staged: StagedDir, tables: list[pa.Table]) -> pa.Table:
-    """Write the rows (already in (split, source, shard, sample, segment) order within each set) sorted
-    by set; returns the table written."""
-    table = pa.concat_tables(tables) if tables else PROVENANCE_SCHEMA.empty_table()
-    if table.num_rows:
-        table = table.sort_by([(c, "ascending") for c in ("split", "source", "shard", "sample", "segment")])
-    write_table(staged, PROVENANCE_FILE, table)
-    return table
 
 
 # -- explain_document -------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ which is what every strategy's tie-breaking refers to, so the output is byte-ide
 input and settings.
 
 The work is split along its seams: `survey.py` (the survey pass and checked flattening),
-`offline_pass.py`, `streaming_pass.py`, `emission.py` (what both share once a set is packed), and
-this module (the header, the cross-checks, the commit).
+`offline_pass.py`, `streaming_pass.py`, `emission.py` (what both share once a set is packed),
+`provenance_sink.py` (provenance rows spilled per set, then written in order), and this module (the
+header, the cross-checks, the commit).
 
 - Offline strategies (best_fit_decreasing, ...) need every length of a set before placing anything:
   a survey pass reads the small columns, then the token lists of a set are read into one flat array
@@ -34,17 +35,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
 from platform_assets.packing.emission import EXCLUSIONS_SCHEMA, OVERLONG_RULE, SetStats
 from platform_assets.packing.offline_pass import pack_offline
-from platform_assets.packing.provenance import write_provenance
+from platform_assets.packing.provenance_sink import ProvenanceSink
 from platform_assets.packing.samples import token_dtype
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
 from platform_assets.packing.streaming_pass import pack_streaming
 from platform_assets.packing.survey import ConservationError, TokenizedInputError, survey
+from platform_assets.packing.token_store import SpillDir
 from platform_assets.parquet_parts import output_schema, write_table
 from platform_assets.storage import Storage
 
@@ -119,19 +120,6 @@ def _header(settings: PackingSettings, tokenizer_info: dict, has_loss_mask: bool
     )
 
 
-def _check_unique_chunks(provenance: pa.Table, exclusions: pa.Table) -> None:
-    """Each (document, chunk) is one input row: its first piece (token_start 0) or its exclusion
-    appears once. Two rows with the same key would put the same tokens in the set twice."""
-    firsts = provenance.filter(pc.equal(provenance["token_start"], 0)).select(["document_id", "chunk"])
-    keys = pa.concat_tables([firsts, exclusions.select(["id", "chunk"]).rename_columns(["document_id", "chunk"])])
-    counts = keys.group_by(["document_id", "chunk"], use_threads=False).aggregate([([], "count_all")])
-    repeated = counts.filter(pc.greater(counts["count_all"], 1))
-    if repeated.num_rows:
-        r = repeated.slice(0, 1).to_pylist()[0]
-        raise TokenizedInputError(f"document {r['document_id']} chunk {r['chunk']} appears {r['count_all']} times "
-                                  f"in tokenized_documents ({repeated.num_rows} repeated (document, chunk) keys)")
-
-
 def _check_totals(indexes: dict[str, dict], stats: list[SetStats], tokens_in: int, loss_in: int) -> None:
     packed = sum(s.tokens for s in stats)
     dropped = sum(s.tokens_dropped for s in stats)
@@ -182,27 +170,33 @@ def pack_outputs(
     tokens_in = sum(s.tokens for s in surveyed.sets)
     loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
     batch_rows = io.batch_rows  # at most; the token passes' batches are bounded by tokens (token_batches.py)
-    with storage.staged_dir(out_rel) as staged:
-        writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
-        try:
-            if streaming:
-                stats, provenance, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header,
-                                                               writer, batch_rows)
-            else:
-                held_max = in_memory_tokens(max_tokens_in_memory, io, surveyed.has_loss_mask)
-                stats, provenance, exclusions = pack_offline(storage, tokenized_rel, surveyed, settings, header,
-                                                             writer, batch_rows, held_max)
-            indexes = writer.close()
-        except BaseException:
-            writer.abort()  # lance's write thread must not outlive the failed stage
-            raise
-        provenance_table = write_provenance(staged, provenance)
-        exclusions_table = pa.concat_tables(exclusions) if exclusions else EXCLUSIONS_SCHEMA.empty_table()
-        _check_unique_chunks(provenance_table, exclusions_table)
-        _check_totals(indexes, stats, tokens_in, loss_in)
-        write_table(staged, EXCLUSIONS_FILE, exclusions_table, io.compression)
-        for name, data in sorted((extra_files or {}).items()):
-            staged.write_bytes(name, data)
+    spill_dir = SpillDir(settings.spill_dir)  # spilled sets' tokens; the provenance rows until written
+    provenance = ProvenanceSink(spill_dir.path, len(surveyed.sets))
+    try:
+        with storage.staged_dir(out_rel) as staged:
+            writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
+            try:
+                if streaming:
+                    stats, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header, writer,
+                                                       provenance, batch_rows)
+                else:
+                    held_max = in_memory_tokens(max_tokens_in_memory, io, surveyed.has_loss_mask)
+                    stats, exclusions = pack_offline(storage, tokenized_rel, surveyed, settings, header, writer,
+                                                     provenance, batch_rows, held_max, spill_dir.path)
+                indexes = writer.close()
+            except BaseException:
+                writer.abort()  # lance's write thread must not outlive the failed stage
+                raise
+            exclusions_table = pa.concat_tables(exclusions) if exclusions else EXCLUSIONS_SCHEMA.empty_table()
+            provenance.check_unique(exclusions_table)
+            _check_totals(indexes, stats, tokens_in, loss_in)
+            provenance.write(staged)
+            write_table(staged, EXCLUSIONS_FILE, exclusions_table, io.compression)
+            for name, data in sorted((extra_files or {}).items()):
+                staged.write_bytes(name, data)
+    finally:
+        provenance.close()
+        spill_dir.close()
     totals = sum(s.sequences for s in stats)
     return PackStageResult(rel=out_rel, files=staged.manifest, rows=totals, exclusions=EXCLUSIONS_FILE,
                            sets=tuple(stats), tokens_in=tokens_in, has_loss_mask=surveyed.has_loss_mask,

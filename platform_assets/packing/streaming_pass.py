@@ -6,6 +6,7 @@ conservation check as the offline strategies."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
 
 import numpy as np
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from platform_assets.packing.emission import Emitter, exclusion_rows, set_stats, verify_set
 from platform_assets.packing.offline_pass import Packed
+from platform_assets.packing.provenance_sink import ProvenanceSink
 from platform_assets.packing.samples import ROWS_PER_ROW_GROUP
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
@@ -87,12 +89,13 @@ class StreamSet:
 
 
 def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
-                    writer: ShardSetWriter, batch_rows: int) -> Packed:
+                    writer: ShardSetWriter, provenance: ProvenanceSink, batch_rows: int) -> Packed:
     has_mask = survey.has_loss_mask
     states = [
         StreamSet(s, StreamingBestFit(settings.seq_len, settings.max_open_sequences, settings.overlong),
-                   Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard))
-        for s in survey.sets
+                   Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
+                           partial(provenance.add, i)))
+        for i, s in enumerate(survey.sets)
     ]
     columns = ["id", "chunk", "input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
@@ -127,19 +130,18 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
         row += batch.num_rows
     if row != len(survey.row_set):
         raise TokenizedInputError(f"{rel} changed while being packed: {row} rows now, {len(survey.row_set)} before")
-    stats, provenance, exclusions = [], [], []
+    stats, exclusions = [], []
     for st in states:
         st.emit(st.packer.finish())
         if st.docs:
             raise ConservationError(f"{st.s.name}: {len(st.docs)} document(s) still hold unpacked tokens")
         packing = st.packing()
         verify_set(st.s, packing)
-        provenance.extend(st.emitter.provenance)
         ex = st.excluded
         exclusions.append(exclusion_rows(st.s, [o.id for o in ex], [o.chunk for o in ex],
                                           [o.tokens.size for o in ex], settings.seq_len))
         d = packing.dropped
         stats.append(set_stats(st.s, packing, int(st.s.loss_tokens.sum() - st.s.loss_tokens[d].sum())))
-    return stats, provenance, exclusions
+    return stats, exclusions
 
 

@@ -110,12 +110,13 @@ def test_dfa_walk_matches_py3langids_visit_counts():
     assert any(bounds[j + 1] > bounds[j] for j in range(len(samples)))  # the walk found features at all
 
 
-def test_building_the_language_step_loads_every_kernel_signature():
+def test_loading_the_language_step_loads_every_kernel_signature():
     from platform_assets.cleaning.language_id import LanguageFilter
 
     step = LanguageFilter()
+    step.load()  # what the pipeline calls before its first batch (building loads nothing)
     signatures = {k: len(k.signatures) for k in (language_kernels.dfa_features, language_kernels.script_letter_bytes)}
     assert all(signatures.values())
     step.identifier.predict_many(["Die Bibliothek öffnet um neun Uhr.", "図書館は朝九時に開館し", "plain"] * 20)
     script_counts("Библиотека 図書館")
-    assert {k: len(k.signatures) for k in signatures} == signatures  # nothing compiled after the build
+    assert {k: len(k.signatures) for k in signatures} == signatures  # nothing compiled after load()

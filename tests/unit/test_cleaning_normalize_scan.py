@@ -107,8 +107,8 @@ def test_normalize_text_equals_the_regex_decisions(settings):
         assert counters == expected_counters, repr(text)
 
 
-def test_building_the_step_loads_the_kernel_signature_it_uses():
-    normalize.Normalize()
+def test_loading_the_step_loads_the_kernel_signature_it_uses():
+    normalize.Normalize().load()  # what the pipeline calls before its first batch (building loads nothing)
     kernel = normalize_scan._kernel()
     signatures = len(kernel.signatures)
     assert signatures

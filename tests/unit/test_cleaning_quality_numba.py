@@ -321,7 +321,8 @@ def test_load_covers_every_signature_the_quality_step_uses():
     from platform_assets.cleaning.quality.step import QualityStep
     from platform_assets.cleaning.settings import CleaningSettings
 
-    step = QualityStep(CleaningSettings().quality)  # loads the kernels
+    step = QualityStep(CleaningSettings().quality)
+    step.load()  # what the pipeline calls before its first batch (building loads nothing)
     dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, ngram_kernels.ngram_check_values,
                    line_stats.newline_positions, line_stats.piece_duplicates_at, kernels.lowered_present,
                    line_stats._kept_lines_at, line_stats._bullet_ellipsis_lines_at, line_stats._nonblank_line_stats_at,

@@ -15,6 +15,7 @@ from platform_assets.dedup.band_buckets import ShingleSpill
 from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_spill import SignatureSpill
+from platform_assets.dedup import stage as dedup_stage
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.parquet_parts import TableSink
 from platform_assets.schema import DOCUMENTS_SCHEMA
@@ -134,10 +135,16 @@ def test_stage_writes_the_artifact_before_the_write_pass_and_lets_it_go(tmp_path
     write, write_side = TableSink.write, TableSink.write_side
     monkeypatch.setattr(TableSink, "write", lambda self, batch: events.append("part") or write(self, batch))
     monkeypatch.setattr(TableSink, "write_side",
-                        lambda self, name, table: events.append(name) or write_side(self, name, table))
+                        lambda self, name, table, *rows: events.append(name) or write_side(self, name, table, *rows))
+    # the artifact is encoded a row group at a time: its writer held the whole encoded column (530 B a
+    # document) while the signatures themselves were in memory too
+    monkeypatch.setattr(dedup_stage, "ARTIFACT_ROW_GROUP_ROWS", 7)
     settings = _storage_settings(tmp_path, "disk")
     stage = deduplicate_outputs(storage, ["cleaned_documents/web"], "deduplicated_documents/_all", settings)
     assert events[0] == SIGNATURES_FILE and "part" in events  # the artifact before any kept batch
+    metadata = pq.ParquetFile(storage.path(f"deduplicated_documents/_all/{SIGNATURES_FILE}")).metadata
+    groups = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    assert groups == [7] * (metadata.num_rows // 7) + ([metadata.num_rows % 7] if metadata.num_rows % 7 else [])
     assert stage.result.accepted is None  # not held through the write pass
     with pytest.raises(RuntimeError, match="handed over"):
         stage.result.hand_over_accepted()
