@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.contracts import SIGNATURES_FILE
+from platform_assets.dedup import stage as dedup_stage
 from platform_assets.dedup.band_buckets import ShingleSpill
 from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_spill import SignatureSpill
-from platform_assets.dedup import stage as dedup_stage
 from platform_assets.dedup.stage import deduplicate_outputs
 from platform_assets.parquet_parts import TableSink
 from platform_assets.schema import DOCUMENTS_SCHEMA
