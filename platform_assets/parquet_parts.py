@@ -10,7 +10,7 @@ requested columns, so a stage's memory is bounded by its batch size, not by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
@@ -65,6 +65,17 @@ def write_table(staged: StagedDir, name: str, table: pa.Table, compression: str 
     with staged.open_output(name) as sink:
         writer = parquet_writer(sink, table.schema, compression)
         writer.write_table(table, row_group_size=row_group_rows)
+        writer.close()
+
+
+def write_row_groups(staged: StagedDir, name: str, schema: pa.Schema, tables: Iterable[pa.Table],
+                     compression: str = "zstd") -> None:
+    """A single-file table written as it is produced: each of `tables` is a row group, encoded before
+    the next is asked for."""
+    with staged.open_output(name) as sink:
+        writer = parquet_writer(sink, schema, compression)
+        for table in tables:
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
         writer.close()
 
 
@@ -361,6 +372,10 @@ class TableSink:
 
     def write_side(self, name: str, table: pa.Table, row_group_rows: int = SIDE_ROW_GROUP_ROWS) -> None:
         write_table(self.staged, name, table, self.io.compression, row_group_rows)
+
+    def write_side_row_groups(self, name: str, schema: pa.Schema, tables: Iterable[pa.Table]) -> None:
+        """A side table produced a row group at a time (write_row_groups)."""
+        write_row_groups(self.staged, name, schema, tables, self.io.compression)
 
     @property
     def rows(self) -> int:

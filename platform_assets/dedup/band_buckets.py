@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -236,7 +237,7 @@ class BucketedNearDedup:
             self._global[key] = doc
         return bool(len(keys))
 
-    def run(self, order: np.ndarray, ids: list[str], signatures: np.ndarray, rank: np.ndarray,
+    def run(self, order: np.ndarray, ids: Sequence[str], signatures: np.ndarray, rank: np.ndarray,
             shingles: ShingleSpill | None = None) -> NearOutcome:
         s = self.settings
         n_prior = len(self.prior)

@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = ["DECISIONS_SCHEMA", "DUPLICATES_SCHEMA", "EXACT", "EXCLUSIONS_SCHEMA", "NEAR", "NEAR_IMAGE", "NEAR_SIMHASH",
            "DedupCounts", "DedupResult", "Deduplicator", "deduplicate"]
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,8 +50,8 @@ from platform_assets.dedup.result import (  # re-exported: callers import them f
     DedupResult,
 )
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.dedup.signature_spill import SignatureSpill
-from platform_assets.dedup.signature_store import AcceptedSignatures
+from platform_assets.dedup.signature_spill import SignatureSpill, SpilledRows
+from platform_assets.dedup.signature_store import ARTIFACT_ROW_GROUP_ROWS, AcceptedSignatures
 from platform_assets.dedup.simhash import simhash_near_pass
 
 
@@ -132,9 +133,14 @@ class Deduplicator:
         if self._buckets is not None:
             self._buckets.add(first, sigs, n_sh > 0)
 
-    def finish(self, band_keys: tuple[np.ndarray, np.ndarray] | None = None) -> DedupResult:
+    def finish(self, band_keys: tuple[np.ndarray, np.ndarray] | None = None,
+               write_accepted: Callable[[pa.Schema, Iterator[pa.Table]], None] | None = None) -> DedupResult:
         """band_keys: (document, key) of every band value two fed documents (or earlier runs' accepted
-        ones) share, documents numbered globally; required when constructed with band_keys_given."""
+        ones) share, documents numbered globally; required when constructed with band_keys_given.
+
+        write_accepted: called with the accepted-signature artifact's schema and its row groups
+        (ARTIFACT_ROW_GROUP_ROWS rows) before the spill files are removed; the result's `accepted` is
+        then None. With spilled signatures only a row group of them is read at a time."""
         self._check_open()
         if self._band_keys_given and self._spill is not None and self.simhasher is None and band_keys is None:
             raise ValueError("this Deduplicator takes its shared band keys from finish(band_keys=...)")
@@ -164,7 +170,7 @@ class Deduplicator:
             self._exact_links(hashes, order, rank, links)
         try:
             if s.near.enabled and n:
-                self._near_links(ids.to_pylist(), sigs, n_sh, order, rank, links, counts)
+                self._near_links(ids, sigs, n_sh, order, rank, links, counts)
             self._release_near_state()  # shingles, band keys: not needed for the rest
             image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
             phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
@@ -177,23 +183,28 @@ class Deduplicator:
             keep = links.target < 0
             decisions, duplicates = self._tables(ids, sources, order, root, keep, links)
             kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
-            kept_rows = kept_rows[_first_occurrence(ids.to_pylist(), kept_rows)]
-            # storage: disk reads the kept rows from the spill file (before close() removes it)
-            kept_signatures = sigs.take(kept_rows) if isinstance(sigs, SignatureSpill) else sigs[kept_rows]
+            kept_rows = kept_rows[_first_occurrence(ids, kept_rows)]
+            take = pa.array(kept_rows, pa.int64())
+            spilled = isinstance(sigs, SignatureSpill)
+            # storage: disk reads the kept rows from the spill file (before close() removes it): for the
+            # stage's artifact a row group at a time, for a caller that keeps the result all at once
+            accepted = self.prior.extended(
+                AcceptedSignatures(
+                    pc.take(ids, take),
+                    pc.take(sources, take),
+                    pc.take(hashes, take),
+                    n_sh[kept_rows],
+                    (SpilledRows(sigs, kept_rows) if write_accepted is not None else sigs.take(kept_rows))
+                    if spilled else sigs[kept_rows],
+                    _phashes_of(kept_rows, image_rows, phashes),
+                )
+            )
+            if write_accepted is not None:
+                write_accepted(accepted.schema(s), accepted.row_groups(s, ARTIFACT_ROW_GROUP_ROWS))
+                accepted = None
             del sigs
         finally:
             self.close()
-        take = pa.array(kept_rows, pa.int64())
-        accepted = self.prior.extended(
-            AcceptedSignatures(
-                pc.take(ids, take),
-                pc.take(sources, take),
-                pc.take(hashes, take),
-                n_sh[kept_rows],
-                kept_signatures,
-                _phashes_of(kept_rows, image_rows, phashes),
-            )
-        )
         removed = ~keep
         counts.kept = int(keep.sum())
         counts.removed_exact = int((links.rule == 1).sum())
@@ -239,7 +250,7 @@ class Deduplicator:
 
     def _near_links(
         self,
-        ids: list[str],
+        ids: pa.StringArray,
         sigs: np.ndarray | SignatureSpill,
         n_sh: np.ndarray,
         order: np.ndarray,
@@ -251,14 +262,16 @@ class Deduplicator:
         eligible = (links.target < 0) & (n_sh > 0)
         rule = 2
         if self.simhasher is not None:
-            out, blocks = simhash_near_pass(self.settings.near, self.prior, sigs, eligible, order, ids, rank,
-                                            self._store)
+            out, blocks = simhash_near_pass(self.settings.near, self.prior, sigs, eligible, order, ids.to_pylist(),
+                                            rank, self._store)
             counts.simhash_blocks, counts.simhash_tables, rule = blocks.blocks, len(blocks.tables), 4
         elif self._buckets is not None or self._band_keys is not None:  # storage: disk
             counts.lsh_bands, counts.lsh_rows = lsh_shape(self.settings.near)
             keys = self._band_keys if self._band_keys is not None else self._buckets.shared_keys()
             greedy = BucketedNearDedup(self.settings.near, self.prior, keys)
-            out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
+            # ids are read only for documents that share a band value (14% on the real corpus): a list
+            # of them all was ~90 B per document
+            out = greedy.run(order[eligible[order]], _ArrowIds(ids), sigs, rank, self._store)
         else:
             # datasketch's index: imported only here, the default `disk` storage does not need it
             from platform_assets.dedup.lsh_index import LshIndex
@@ -266,7 +279,7 @@ class Deduplicator:
             index = LshIndex(self.settings.near, self.minhasher)
             counts.lsh_bands, counts.lsh_rows = index.bands, index.rows
             greedy = GreedyNearDedup(self.settings.near, index, self.prior)
-            out = greedy.run(order[eligible[order]], ids, sigs, rank, self._store)
+            out = greedy.run(order[eligible[order]], ids.to_pylist(), sigs, rank, self._store)
         near = out.target >= 0
         links.target[near] = out.target[near]
         links.similarity[near] = out.similarity[near]
@@ -360,6 +373,21 @@ class Deduplicator:
         return decisions, duplicates
 
 
+class _ArrowIds(Sequence[str]):
+    """`ids[row]` as str, read from the Arrow array on demand."""
+
+    def __init__(self, ids: pa.StringArray):
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, row):  # an int (a slice too, as Sequence promises)
+        if isinstance(row, slice):
+            return self._ids[row].to_pylist()
+        return self._ids[row].as_py()
+
+
 @dataclass
 class _Links:
     target: np.ndarray  # int64: -1, or the global index of the document a row duplicates
@@ -376,14 +404,15 @@ def _phashes_of(rows: np.ndarray, image_rows: np.ndarray, phashes: np.ndarray) -
     return pa.array(np.where(found, phashes[at], 0).astype(np.uint64), pa.uint64(), mask=~found)
 
 
-def _first_occurrence(ids: list[str], rows: np.ndarray) -> np.ndarray:
-    seen: set[str] = set()
-    out = []
-    for j, r in enumerate(rows.tolist()):
-        if ids[r] not in seen:
-            seen.add(ids[r])
-            out.append(j)
-    return np.array(out, dtype=np.int64)
+def _first_occurrence(ids: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """Positions j of `rows` whose id is not that of an earlier row (ids repeat only where the input
+    has the same id twice). Arrow, not a Python set of the ids: that was ~100 B per kept document."""
+    kept_ids = pc.take(ids, pa.array(rows, pa.int64()))
+    if pc.count_distinct(kept_ids).as_py() == len(kept_ids):
+        return np.arange(len(rows), dtype=np.int64)
+    firsts = pa.table({"id": kept_ids, "j": np.arange(len(rows), dtype=np.int64)}).group_by(
+        "id", use_threads=False).aggregate([("j", "min")])
+    return np.sort(firsts["j_min"].to_numpy())
 
 
 def _plain(col: pa.Array | pa.ChunkedArray, typ: pa.DataType) -> pa.Array:

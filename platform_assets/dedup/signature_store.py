@@ -20,7 +20,9 @@ comes from ingest, not from dedup settings, so it is not part of the fingerprint
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -76,6 +78,19 @@ def signatures_schema(num_perm: int, settings: DedupSettings | None = None, phas
     )
 
 
+class SignatureRows(Protocol):
+    """Signatures read on demand (signature_spill.SpilledRows): `rows[a:b]` is an (b - a, width) array;
+    `np.asarray(rows)` reads them all."""
+
+    shape: tuple[int, int]
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, rows: slice) -> np.ndarray: ...
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray: ...
+
+
 @dataclass
 class AcceptedSignatures:
     """Accepted documents with their signatures, in acceptance order."""
@@ -84,7 +99,9 @@ class AcceptedSignatures:
     sources: pa.StringArray
     text_hashes: pa.FixedSizeBinaryArray
     n_shingles: np.ndarray  # int32
-    signatures: np.ndarray  # (n, num_perm) uint32
+    # (n, num_perm) uint32; or, for the stage's artifact of a run with spilled signatures, rows read
+    # from the spill a row group at a time while it is written (`row_groups`)
+    signatures: np.ndarray | SignatureRows
     phashes: pa.UInt64Array | None = None  # image documents' perceptual hashes; None: no document has one
 
     def __len__(self) -> int:
@@ -100,21 +117,35 @@ class AcceptedSignatures:
             np.empty((0, num_perm), np.uint32),
         )
 
-    def to_table(self, settings: DedupSettings) -> pa.Table:
-        num_perm = self.signatures.shape[1]
-        flat = pa.array(self.signatures.reshape(-1), pa.uint32())
+    def schema(self, settings: DedupSettings) -> pa.Schema:
+        """The artifact's schema: with a `phash` column when some accepted document has one."""
         with_phash = self.phashes is not None and self.phashes.null_count < len(self.phashes)
+        return signatures_schema(self.signatures.shape[1], settings, phash=with_phash)
+
+    def _table(self, a: int, b: int, signatures: np.ndarray, schema: pa.Schema) -> pa.Table:
+        flat = pa.array(np.ascontiguousarray(signatures, np.uint32).reshape(-1), pa.uint32())
         return pa.table(
             [
-                self.ids,
-                self.sources,
-                self.text_hashes,
-                pa.array(self.n_shingles, pa.int32()),
-                pa.FixedSizeListArray.from_arrays(flat, num_perm),
-                *([self.phashes] if with_phash else []),
+                self.ids.slice(a, b - a),
+                self.sources.slice(a, b - a),
+                self.text_hashes.slice(a, b - a),
+                pa.array(self.n_shingles[a:b], pa.int32()),
+                pa.FixedSizeListArray.from_arrays(flat, self.signatures.shape[1]),
+                *([self.phashes.slice(a, b - a)] if "phash" in schema.names else []),
             ],
-            schema=signatures_schema(num_perm, settings, phash=with_phash),
+            schema=schema,
         )
+
+    def to_table(self, settings: DedupSettings) -> pa.Table:
+        return self._table(0, len(self), np.asarray(self.signatures), self.schema(settings))
+
+    def row_groups(self, settings: DedupSettings, rows: int) -> Iterator[pa.Table]:
+        """The artifact `rows` rows at a time (the last one shorter): only those rows' signatures are
+        read at once (~4 MB at 8,192 rows of 128 slots) where they are spilled."""
+        schema = self.schema(settings)
+        for a in range(0, len(self), rows):
+            b = min(a + rows, len(self))
+            yield self._table(a, b, self.signatures[a:b], schema)
 
     @classmethod
     def from_table(cls, table: pa.Table, settings: DedupSettings) -> AcceptedSignatures:
@@ -150,7 +181,7 @@ class AcceptedSignatures:
             pa.concat_arrays([self.sources, other.sources]),
             pa.concat_arrays([self.text_hashes, other.text_hashes]),
             np.concatenate([self.n_shingles, other.n_shingles]),
-            np.concatenate([self.signatures, other.signatures]),
+            np.concatenate([np.asarray(self.signatures), np.asarray(other.signatures)]),
             None if self.phashes is None and other.phashes is None
             else pa.concat_arrays([self.phash_array(), other.phash_array()]),
         )

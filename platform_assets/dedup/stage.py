@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ from platform_assets.dedup.band_partitions import (
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA, Deduplicator, DedupResult
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_partition import check_signature_partitions, dedup_input_columns
-from platform_assets.dedup.signature_store import ARTIFACT_ROW_GROUP_ROWS, AcceptedSignatures
+from platform_assets.dedup.signature_store import AcceptedSignatures
 from platform_assets.heap import fix_mmap_threshold, release_freed_heap
 from platform_assets.output_lock import BasedOn
 from platform_assets.parquet_parts import TableSink, TableSource
@@ -194,21 +195,19 @@ def deduplicate_outputs(
                                      total):
             rows_in += batch.num_rows
             dedup.add_batch(batch)
-    result = dedup.finish(band_keys)
-    # the decisions' Python objects and numpy temporaries (ids as str, the candidate index, the shingle
-    # cache) are freed now, but glibc keeps their pages in fragmented arenas: given back before the
-    # write pass, which otherwise peaked that much higher (see the module doc)
-    release_freed_heap()
-
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
     # the write pass encodes each kept batch itself before reading the next: a write-behind thread held
     # a third batch (~64 MiB at the default io.batch_bytes), which only inputs of many batches reached
     # (stage process, whole corpus 1x / 4x: 475 / 532 MB with it, 467 / 491-498 without; the same CPU)
     with TableSink(storage, out_rel, out_schema, io, based_on, write_behind=False) as sink:
-        # the artifact first (side files are listed by name: the order of writing changes no byte), then
-        # let go: the write pass's peak is otherwise the artifact's 512 B per accepted document higher
-        sink.write_side(SIGNATURES_FILE, result.hand_over_accepted().to_table(settings), ARTIFACT_ROW_GROUP_ROWS)
+        # the artifact is written by finish() a row group at a time, its spilled signatures read as it
+        # goes, and never held (side files are listed by name: the order of writing changes no byte)
+        result = dedup.finish(band_keys, write_accepted=partial(sink.write_side_row_groups, SIGNATURES_FILE))
+        # the decisions' Python objects and numpy temporaries (the candidate index, the shingle cache)
+        # are freed now, but glibc keeps their pages in fragmented arenas: given back before the write
+        # pass, which otherwise peaked that much higher (see the module doc)
+        release_freed_heap()
         if seen is not None:  # incremental: earlier runs' documents first, as they were
             for batch in previous.batches():
                 carried += batch.num_rows

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.contracts import SIGNATURES_FILE
-from platform_assets.dedup import stage as dedup_stage
+from platform_assets.dedup import deduplicator
 from platform_assets.dedup.band_buckets import ShingleSpill
 from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
 from platform_assets.dedup.settings import DedupSettings
@@ -132,13 +132,15 @@ def test_stage_writes_the_artifact_before_the_write_pass_and_lets_it_go(tmp_path
     with storage.staged_dir("cleaned_documents/web") as staged, staged.open_output("part-00000.parquet") as f:
         pq.write_table(_table(texts), f, row_group_size=13)
     events = []
-    write, write_side = TableSink.write, TableSink.write_side
+    write, write_side, write_groups = TableSink.write, TableSink.write_side, TableSink.write_side_row_groups
     monkeypatch.setattr(TableSink, "write", lambda self, batch: events.append("part") or write(self, batch))
     monkeypatch.setattr(TableSink, "write_side",
                         lambda self, name, table, *rows: events.append(name) or write_side(self, name, table, *rows))
+    monkeypatch.setattr(TableSink, "write_side_row_groups",
+                        lambda self, name, *args: events.append(name) or write_groups(self, name, *args))
     # the artifact is encoded a row group at a time: its writer held the whole encoded column (530 B a
     # document) while the signatures themselves were in memory too
-    monkeypatch.setattr(dedup_stage, "ARTIFACT_ROW_GROUP_ROWS", 7)
+    monkeypatch.setattr(deduplicator, "ARTIFACT_ROW_GROUP_ROWS", 7)
     settings = _storage_settings(tmp_path, "disk")
     stage = deduplicate_outputs(storage, ["cleaned_documents/web"], "deduplicated_documents/_all", settings)
     assert events[0] == SIGNATURES_FILE and "part" in events  # the artifact before any kept batch
