@@ -12,6 +12,7 @@ import pytest
 
 from platform_assets.contracts import SIGNATURES_FILE
 from platform_assets.dedup import deduplicator
+from platform_assets.dedup import result as dedup_result
 from platform_assets.dedup.band_buckets import ShingleSpill
 from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
 from platform_assets.dedup.settings import DedupSettings
@@ -178,3 +179,31 @@ def test_the_write_pass_encodes_each_kept_batch_before_reading_the_next(tmp_path
                                 _storage_settings(tmp_path, "disk"))
     assert stage.rows == 60  # 80 in, 20 near duplicates out
     assert writing_threads == {threading.current_thread().name}  # no writer thread of its own
+
+
+def test_unique_ids_skip_the_per_id_grouping(tmp_path, monkeypatch):
+    """With every id once the write pass looks ids up in the decisions' own columns: the per-id
+    grouping (~390 B a document at its peak) runs only for an input with an id twice, and both
+    filter alike."""
+    grouped = []
+
+    class GroupingSpy:  # result.py's `pa`, noting the tables it groups
+        def __getattr__(self, name):
+            return getattr(pa, name)
+
+        @staticmethod
+        def table(*args, **kwargs):
+            built = pa.table(*args, **kwargs)
+            if "keep" in built.column_names and "cid" in built.column_names:
+                grouped.append(built.num_rows)
+            return built
+
+    monkeypatch.setattr(dedup_result, "pa", GroupingSpy())
+    table = _table(_corpus())
+    settings = _storage_settings(tmp_path, "disk")
+    unique = deduplicate(table, settings)[1]
+    assert unique.counts.duplicate_ids == 0 and grouped == []
+    twice = pa.concat_tables([table, table.slice(0, 5)])
+    kept_twice, repeated = deduplicate(twice, settings)
+    assert repeated.counts.duplicate_ids == 5 and grouped == [twice.num_rows]
+    assert kept_twice.equals(deduplicate(table, settings)[0])  # the repeated rows emitted once
