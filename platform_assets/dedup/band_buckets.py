@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -208,34 +208,59 @@ class BucketedNearDedup:
     """The greedy pass of near_dedup.GreedyNearDedup over shared band keys (see the module doc).
 
     Global numbering as there: earlier runs' accepted documents 0..P-1, this run's rows P + row.
+
+    The index of accepted documents is the (key, document) pairs sorted by key, with a flag per
+    document set when it is accepted: a document's candidates are the flagged documents among its
+    keys' pairs (16 B a pair in all). A dict of lists filled as documents were accepted was ~150-200 B
+    a pair (a 300k-document synthetic corpus heavy in near duplicates: 150 MB under memray).
     """
 
-    def __init__(self, settings: NearSettings, prior: AcceptedSignatures, doc_keys: tuple[np.ndarray, np.ndarray]):
+    def __init__(self, settings: NearSettings, prior: AcceptedSignatures, doc_keys: tuple[np.ndarray, np.ndarray],
+                 ids_unique: bool = False):
+        """ids_unique: every id of this run's documents is distinct, so no id-to-document map is kept to
+        spot the same document read twice (~150 B per accepted document with shared keys)."""
         self.settings, self.prior = settings, prior
         docs, keys = doc_keys
+        # int32 where the numbers fit (document numbers and key numbers are dense from 0): 4 copies of
+        # the pairs at 4 B, not 8
+        narrow = np.int32 if max(int(docs.max(initial=0)), int(keys.max(initial=0))) < 2**31 else np.int64
         order = np.argsort(docs, kind="stable")
-        self._docs, self._keys = docs[order], keys[order]
-        self._index: defaultdict[int, list[int]] = defaultdict(list)  # key -> accepted documents holding it
-        self._global: dict[str, int] = {}  # id -> global, of accepted documents with shared keys
+        self._docs = docs[order].astype(narrow, copy=False)  # by document: each document's keys
+        self._keys = keys[order].astype(narrow, copy=False)
+        del docs, keys, order
+        by_key = np.lexsort((self._docs, self._keys))
+        self._key_sorted, self._key_docs = self._keys[by_key], self._docs[by_key]  # by key: its documents
+        del by_key
+        n_docs = int(self._docs[-1]) + 1 if len(self._docs) else 0
+        self._accepted = np.zeros(n_docs, dtype=bool)  # in the index: accepted and holding a shared key
+        self._global: dict[str, int] | None = None if ids_unique else {}  # id -> global, of those
         n_prior = len(prior)
-        prior_ids = prior.ids.to_pylist() if n_prior else []
+        prior_ids = prior.ids.to_pylist() if n_prior and not ids_unique else None
         # earlier runs' documents are in the index first (the in-memory index inserts all of them; only
         # those holding a shared key can ever be a candidate)
         for g in range(n_prior):
             if prior.n_shingles[g] > 0:
-                self._insert(g, prior_ids[g])
+                self._insert(g, prior_ids[g] if prior_ids is not None else None)
 
     def _keys_of(self, doc: int) -> np.ndarray:
         a, b = np.searchsorted(self._docs, [doc, doc + 1])
         return self._keys[a:b]
 
-    def _insert(self, doc: int, key: str) -> bool:
-        keys = self._keys_of(doc)
-        for k in keys.tolist():
-            self._index[k].append(doc)
-        if len(keys):
+    def _insert(self, doc: int, key: str | None) -> bool:
+        if doc >= len(self._accepted) or not len(self._keys_of(doc)):
+            return False
+        self._accepted[doc] = True
+        if self._global is not None:
             self._global[key] = doc
-        return bool(len(keys))
+        return True
+
+    def _candidates(self, keys: np.ndarray) -> list[int]:
+        """Accepted documents holding one of `keys`, ascending (a set: its order must not depend on the
+        order of acceptance)."""
+        lo = np.searchsorted(self._key_sorted, keys, side="left")
+        hi = np.searchsorted(self._key_sorted, keys, side="right")
+        held = np.concatenate([self._key_docs[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
+        return np.unique(held[self._accepted[held]]).tolist()
 
     def run(self, order: np.ndarray, ids: Sequence[str], signatures: np.ndarray, rank: np.ndarray,
             shingles: ShingleSpill | None = None) -> NearOutcome:
@@ -249,8 +274,7 @@ class BucketedNearDedup:
             if len(keys) == 0:  # no band value shared with any document: nothing to compare with
                 out.accepted.append(row)
                 continue
-            # sorted: the candidate list is a set, its order must not depend on insertion history
-            glob = sorted({g for k in keys.tolist() for g in self._index.get(k, ())})
+            glob = self._candidates(keys)
             best, sim = best_candidate(s, self.prior, row, signatures[row], glob, signatures, rank,
                                        shingles if exact else None, out)
             if best >= 0:
@@ -258,9 +282,9 @@ class BucketedNearDedup:
                 if shingles is not None:
                     shingles.release(row)
                 continue
-            if ids[row] in self._global:  # the same id twice in the input, with identical text
+            if self._global is not None and ids[row] in self._global:  # the same id twice, identical text
                 out.target[row], out.similarity[row] = self._global[ids[row]], 1.0
                 continue
-            self._insert(n_prior + row, ids[row])
+            self._insert(n_prior + row, ids[row] if self._global is not None else None)
             out.accepted.append(row)
         return out

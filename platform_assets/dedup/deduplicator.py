@@ -268,7 +268,12 @@ class Deduplicator:
         elif self._buckets is not None or self._band_keys is not None:  # storage: disk
             counts.lsh_bands, counts.lsh_rows = lsh_shape(self.settings.near)
             keys = self._band_keys if self._band_keys is not None else self._buckets.shared_keys()
-            greedy = BucketedNearDedup(self.settings.near, self.prior, keys)
+            self._band_keys = None  # the greedy pass keeps them sorted its own way
+            # an id seen twice (this run's, or an earlier run's accepted one) needs an id -> document map
+            all_ids = pa.concat_arrays([self.prior.ids, ids]) if len(self.prior) else ids
+            greedy = BucketedNearDedup(self.settings.near, self.prior, keys,
+                                       ids_unique=pc.count_distinct(all_ids).as_py() == len(all_ids))
+            del keys, all_ids
             # ids are read only for documents that share a band value (14% on the real corpus): a list
             # of them all was ~90 B per document
             out = greedy.run(order[eligible[order]], _ArrowIds(ids), sigs, rank, self._store)

@@ -168,7 +168,7 @@ def deduplicate_outputs(
     rows_in = 0
     # in incremental mode the rows seen before are skipped, so the footers' total would overstate
     total = None if seen is not None else sum(i.num_rows for i in inputs)
-    band_keys = None
+    live = None  # with the band buckets: this pass's number of each document (below)
     if signature_dirs is not None:
         # the buckets number documents as earlier runs' accepted ones, then every row of every signature
         # partition in order; live[that number] = the number this pass gives the document, -1: not fed
@@ -190,7 +190,6 @@ def deduplicate_outputs(
                 live[starts[reading[0]] + keys.column("row").to_numpy()] = n_prior + rows_in + np.arange(keys.num_rows)
             rows_in += keys.num_rows
             dedup.add_keys(keys)
-        band_keys = live_band_keys(storage, bucket_dirs, live) if live is not None else None
     else:
         for batch in tracked_batches(new_batches(dedup_input_columns(schema, settings), key_inputs), "signatures",
                                      total):
@@ -204,7 +203,10 @@ def deduplicate_outputs(
     with TableSink(storage, out_rel, out_schema, io, based_on, write_behind=False) as sink:
         # the artifact is written by finish() a row group at a time, its spilled signatures read as it
         # goes, and never held (side files are listed by name: the order of writing changes no byte)
-        result = dedup.finish(band_keys, write_accepted=partial(sink.write_side_row_groups, SIGNATURES_FILE))
+        # the shared band keys (16 B a pair) are read here and handed over, not also held by this frame
+        result = dedup.finish(live_band_keys(storage, bucket_dirs, live) if live is not None else None,
+                              write_accepted=partial(sink.write_side_row_groups, SIGNATURES_FILE))
+        live = None
         # the decisions' Python objects and numpy temporaries (the candidate index, the shingle cache)
         # are freed now, but glibc keeps their pages in fragmented arenas: given back before the write
         # pass, which otherwise peaked that much higher (see the module doc)

@@ -121,3 +121,26 @@ def test_shingle_spill_reads_back_what_the_store_holds(tmp_path):
     spill.close()
     spill_dir.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_candidate_index_finds_what_a_dict_of_lists_finds():
+    """The greedy pass's index (pairs sorted by key, a flag per accepted document) against the dict of
+    key -> accepted documents it replaced, over random shared keys and a random acceptance order."""
+    from platform_assets.dedup.band_buckets import BucketedNearDedup
+    from platform_assets.dedup.signature_store import AcceptedSignatures
+
+    rng = np.random.default_rng(5)
+    docs = rng.integers(0, 300, 2_000)
+    keys = rng.integers(0, 150, 2_000)
+    index = BucketedNearDedup(DedupSettings().near, AcceptedSignatures.empty(128), (docs, keys), ids_unique=True)
+    reference: dict[int, list[int]] = {}
+    for doc in rng.permutation(320).tolist():  # 300..319 hold no shared key
+        its_keys = index._keys_of(doc)
+        assert sorted(its_keys.tolist()) == sorted(keys[docs == doc].tolist())
+        if len(its_keys):
+            expected = sorted({g for k in its_keys.tolist() for g in reference.get(k, ())})
+            assert index._candidates(its_keys) == expected
+        if rng.random() < 0.6:  # accepted: in the index from now on
+            assert index._insert(doc, None) == bool(len(its_keys))
+            for k in its_keys.tolist():
+                reference.setdefault(k, []).append(doc)
