@@ -67,20 +67,29 @@ class Emitter:
     sequences: int = 0
 
     def emit(self, seq_ptr: np.ndarray, piece_src: np.ndarray, piece_len: np.ndarray, piece_start: np.ndarray,
-             tokens: RunTokens, ids: pa.Array, chunks: np.ndarray) -> None:
+             tokens: RunTokens, ids: pa.Array | pa.ChunkedArray, chunks: np.ndarray,
+             piece_doc: np.ndarray | None = None) -> None:
         """Sequences j (pieces seq_ptr[j]:seq_ptr[j+1]); piece p is tokens piece_src[p]:+piece_len[p] of
-        the store (token_store.py), which gives each run of ROWS_PER_ROW_GROUP samples its pieces."""
+        the store (token_store.py), which gives each run of ROWS_PER_ROW_GROUP samples its pieces.
+
+        `ids`: each piece's document id, or with `piece_doc` each document's (piece p's is
+        ids[piece_doc[p]]). Ids and provenance rows are made a run at a time: for a whole set at once
+        they were ~120 B a piece (packed_shards' peak grew with the corpus's largest set)."""
         h = self.header
+        seq_ptr = np.asarray(seq_ptr, np.int64)
         for a in range(0, len(seq_ptr) - 1, ROWS_PER_ROW_GROUP):
             b = min(a + ROWS_PER_ROW_GROUP, len(seq_ptr) - 1)
             p0, p1 = int(seq_ptr[a]), int(seq_ptr[b])
+            run_ids = ids.slice(p0, p1 - p0) if piece_doc is None else ids.take(pa.array(piece_doc[p0:p1], pa.int64()))
+            if isinstance(run_ids, pa.ChunkedArray):
+                run_ids = run_ids.combine_chunks()
             src, values, mask_values = tokens.run(piece_src[p0:p1], piece_len[p0:p1])
             run = gather_samples(h.seq_len, h.pad_id, h.token_dtype, seq_ptr[a : b + 1] - p0, src,
                                  piece_len[p0:p1], values, mask_values)
-            self.writer.add(run, ids.slice(p0, p1 - p0))
-        self.provenance(provenance_rows(
-            self.writer.split, self.writer.source, self.samples_per_shard, self.sequences,
-            np.asarray(seq_ptr, np.int64), ids, chunks, piece_start, piece_len))
+            self.writer.add(run, run_ids)
+            self.provenance(provenance_rows(
+                self.writer.split, self.writer.source, self.samples_per_shard, self.sequences + a,
+                seq_ptr[a : b + 1], run_ids, chunks[p0:p1], piece_start[p0:p1], piece_len[p0:p1]))
         self.sequences += len(seq_ptr) - 1
 
 

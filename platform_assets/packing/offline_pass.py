@@ -120,11 +120,9 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
             verify_set(s, packing)
             emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
                               partial(provenance.add, i))
-            piece_ids = s.ids.take(pa.array(packing.piece_doc)).combine_chunks() if len(packing.piece_doc) else (
-                pa.array([], pa.string()))
             try:
                 emitter.emit(packing.seq_ptr, h.starts[packing.piece_doc] + packing.piece_start, packing.piece_len,
-                             packing.piece_start, h.store, piece_ids, s.chunks[packing.piece_doc])
+                             packing.piece_start, h.store, s.ids, s.chunks[packing.piece_doc], packing.piece_doc)
             finally:
                 h.store.close()
             d = packing.dropped

@@ -14,7 +14,7 @@ from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA as CLEANING_EXCLUSI
 from platform_assets.contracts import IOSettings
 from platform_assets.dedup.deduplicator import DUPLICATES_SCHEMA
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA as DEDUP_EXCLUSIONS_SCHEMA
-from platform_assets.packing import offline_pass, streaming_pass
+from platform_assets.packing import emission, offline_pass, streaming_pass
 from platform_assets.packing.provenance import PROVENANCE_FILE, explain_document
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_index import FORMATS, load_index, read_shard_set, verify_shards
@@ -178,8 +178,11 @@ def test_every_token_lands_once_in_every_format(tmp_path, strategy, overlong):
     assert sets[("train", "chat")].tokens - sets[("train", "chat")].loss_tokens == chat_mask_zeros > 0
 
 
-def test_provenance_is_the_packing(tmp_path):
-    """Offline strategy: provenance rows are exactly pack()'s pieces, numbered into shards and samples."""
+@pytest.mark.parametrize("run_samples", [1024, 3])
+def test_provenance_is_the_packing(tmp_path, monkeypatch, run_samples):
+    """Offline strategy: provenance rows are exactly pack()'s pieces, numbered into shards and samples,
+    also when a set is emitted in many runs (ids and rows made a run at a time)."""
+    monkeypatch.setattr(emission, "ROWS_PER_ROW_GROUP", run_samples)
     rows = _documents(seed=3)
     root, _, _ = _run(tmp_path, rows)
     provenance = pq.read_table(root / OUT_REL / PROVENANCE_FILE)
