@@ -31,7 +31,7 @@ class PackSet:
     source: str
     lengths: np.ndarray  # int64 num_tokens per document (input row) of the set, in input order
     loss_tokens: np.ndarray  # int64
-    ids: pa.ChunkedArray | None = None  # offline strategies only
+    ids: pa.Array | None = None  # offline strategies only: one array per set
     chunks: np.ndarray | None = None
 
     @property
@@ -100,7 +100,9 @@ def survey(storage: Storage, rel: str, batch_rows: int, keep_ids: bool) -> Surve
         rows_i = np.flatnonzero(row_set == i)
         s = PackSet(split, source, all_len[rows_i], all_loss[rows_i])
         if keep_ids:
-            s.ids = all_ids.take(pa.array(rows_i))
+            # one array, not the batches' chunks: a `take` of a few ids from a chunked array first
+            # concatenates all of it (packing takes each run's ids: the set's ids again per run)
+            s.ids = all_ids.take(pa.array(rows_i)).combine_chunks()
             s.chunks = all_chunks[rows_i]
         sets.append(s)
     return Survey(sets, row_set, bool(np.any(all_loss != all_len)))
