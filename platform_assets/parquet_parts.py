@@ -53,8 +53,9 @@ def parquet_writer(sink, schema: pa.Schema, compression: str) -> pq.ParquetWrite
 
 
 # Rows per row group of a side table: the writer holds a row group's encoded pages until it ends, so a
-# whole table in one row group cost its own size again (the accepted-signature artifact: 530 B a
-# document, ~170 MB at 16x of the pipeline_scaling corpus). Tables up to this keep one row group.
+# whole table in one row group cost its own size again (the accepted-signature artifact, written this
+# way before: 530 B a document, ~170 MB at 16x of the pipeline_scaling corpus; exclusions and duplicates
+# tables grow with the corpus too). Tables up to this keep one row group.
 SIDE_ROW_GROUP_ROWS = 65_536
 
 

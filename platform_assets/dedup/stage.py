@@ -18,7 +18,9 @@ whole pipeline_scaling corpus (21,362 documents in at 1x, 90,013 at 4x; 2 cores,
 tree RSS before 473-499 MB at 1x, 609-636 at 4x; with the spill 464-475 and 532-562; without the write-
 behind thread 467 and 491-498; the same bytes out. At 16x (~360k documents) it still grew to 954 MB: the
 accepted signatures were gathered at once for the artifact (~170 MB there) and the artifact encoded as
-one row group (as much again), and the kept ids' first occurrences were found with a Python set of them.
+one row group (as much again), the write pass looked ids up in a per-id grouping (~390 B a document),
+and the greedy pass's index was a dict of lists: 604 MB at 16x now (1.29x of 1x); what is left grows
+with documents: the decisions and duplicates tables, ids, order, ranks and links (~100-150 B each).
 
 In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
