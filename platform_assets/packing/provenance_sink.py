@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from platform_assets.dedup.hash64 import GOLDEN, fmix64_inplace, hash_byte_spans
 from platform_assets.packing.provenance import PROVENANCE_FILE, PROVENANCE_SCHEMA
 from platform_assets.packing.survey import TokenizedInputError
-from platform_assets.parquet_parts import parquet_writer
+from platform_assets.parquet_parts import write_row_groups
 from platform_assets.storage import StagedDir
 
 __all__ = ["ROW_GROUP_ROWS", "ProvenanceSink", "chunk_key_hashes"]
@@ -92,24 +92,25 @@ class ProvenanceSink:
             with pa.OSFile(str(self._files[i])) as source:  # read, not mapped: batches outlive the file
                 yield from pa.ipc.open_stream(source)
 
+    def _row_groups(self):
+        """The spilled rows as tables of ROW_GROUP_ROWS rows (the last shorter; one empty table when
+        there are no rows, so the file still has the schema's one row group)."""
+        held: list[pa.RecordBatch] = []
+        held_rows = 0
+        for batch in self._spilled():
+            held.append(batch)
+            held_rows += batch.num_rows
+            while held_rows >= ROW_GROUP_ROWS:
+                table = pa.Table.from_batches(held, PROVENANCE_SCHEMA)
+                yield table.slice(0, ROW_GROUP_ROWS)
+                rest = table.slice(ROW_GROUP_ROWS).combine_chunks()
+                held, held_rows = rest.to_batches(), rest.num_rows
+        if held_rows or self.rows == 0:
+            yield pa.Table.from_batches(held, PROVENANCE_SCHEMA)
+
     def write(self, staged: StagedDir, compression: str = "zstd") -> int:
-        """Write `provenance.parquet` into `staged`; returns its rows."""
-        with staged.open_output(PROVENANCE_FILE) as sink:
-            writer = parquet_writer(sink, PROVENANCE_SCHEMA, compression)
-            held: list[pa.RecordBatch] = []
-            held_rows = 0
-            for batch in self._spilled():
-                held.append(batch)
-                held_rows += batch.num_rows
-                while held_rows >= ROW_GROUP_ROWS:
-                    table = pa.Table.from_batches(held, PROVENANCE_SCHEMA)
-                    writer.write_table(table.slice(0, ROW_GROUP_ROWS), row_group_size=ROW_GROUP_ROWS)
-                    rest = table.slice(ROW_GROUP_ROWS).combine_chunks()
-                    held = rest.to_batches()
-                    held_rows = rest.num_rows
-            if held_rows or self.rows == 0:
-                writer.write_table(pa.Table.from_batches(held, PROVENANCE_SCHEMA), row_group_size=ROW_GROUP_ROWS)
-            writer.close()
+        """Write `provenance.parquet` into `staged` (parquet_parts.write_row_groups); returns its rows."""
+        write_row_groups(staged, PROVENANCE_FILE, PROVENANCE_SCHEMA, self._row_groups(), compression)
         return self.rows
 
     def check_unique(self, exclusions: pa.Table) -> None:
