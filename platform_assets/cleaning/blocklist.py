@@ -69,9 +69,12 @@ class Blocklist:
         self.phrase_starts = {p[0] for n, ps in self.phrases.items() if n > 1 for p in ps}
         self.first_words = tuple(self.single_words | self.phrase_starts)
         # The substring test needs only the first words that hold no other one ("porno", "pornography"
-        # hold "porn"): one of them is in a text iff one of first_words is (shipped list: 21 of 28)
-        self.screen_words = tuple(sorted(w for w in self.first_words
-                                         if not any(o != w and o in w for o in self.first_words)))
+        # hold "porn"): one of them is in a text iff one of first_words is (shipped list: 21 of 28).
+        # Only short lists use it, and finding them is quadratic: for 50,000 terms it took ~160 s.
+        self.screen_words: tuple[str, ...] = ()
+        if len(self.first_words) <= _MAX_SUBSTRING_TESTS:
+            self.screen_words = tuple(sorted(w for w in self.first_words
+                                             if not any(o != w and o in w for o in self.first_words)))
 
     def __len__(self) -> int:
         return sum(map(len, self.phrases.values())) + len(self.substrings)

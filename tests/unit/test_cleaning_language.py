@@ -80,9 +80,9 @@ def test_unexpected_scripts_get_an_answer_not_an_error(identifier):
 
 def test_only_a_prefix_is_read_so_cost_is_bounded(identifier):
     long_text = SENTENCES["de"] * 40_000  # ~5 MB
-    start = time.perf_counter()
+    start = time.process_time()
     assert identifier.predict(long_text)[0] == "de"
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
 
 
 def test_language_step_adds_columns_and_removes_by_threshold_and_allow_list():

@@ -95,9 +95,9 @@ def test_normalize_step_rewrites_and_removes_what_becomes_empty():
 
 def test_normalize_is_linear_on_pathological_runs():
     for text in ["\n" * 1_000_000, " " * 1_000_000 + "x", "Ã" * 500_000, "\x00" * 1_000_000]:
-        start = time.perf_counter()
+        start = time.process_time()
         normalize_text(text, NFC)
-        assert time.perf_counter() - start < 3.0
+        assert time.process_time() - start < 3.0
 
 
 def _whitespace_line_by_line(text: str, s: NormalizeSettings) -> tuple[str, bool]:
@@ -204,11 +204,11 @@ def test_only_html_documents_are_extracted():
 def test_html_bad_pages_are_reported_not_crashed():
     deep = "<div>" * 20_000 + "deep text"  # Resiliparse's main-content pass would take ~13 s on it
     nav_only = "<html><body><nav><a href='/'>Home</a></nav></body></html>"
-    start = time.perf_counter()
+    start = time.process_time()
     r = HtmlExtract()(
         batch([deep, nav_only, "", "\x00\xff<<<>>>", "no tags at all here"], modalities=["html"] * 5)
     )
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     rules = {row["id"]: (row["rule"], row["value"]) for row in r.exclusions.to_pylist()}
     assert rules["d0"] == ("html.too_deep", "> 256")
     assert rules["d1"][0] == rules["d2"][0] == "html.no_text"

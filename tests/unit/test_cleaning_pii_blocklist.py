@@ -179,9 +179,11 @@ def test_pii_step_counts_per_type_and_adds_a_column():
     ],
 )
 def test_redaction_is_linear_on_pathological_runs(text):
-    start = time.perf_counter()
+    # CPU time, not wall time: a loaded CI machine stretched the 2.9 s case past 3 s of wall time. Each
+    # run costs 0.03-3 CPU-s here; a backtracking pattern takes minutes, so the bound separates them.
+    start = time.process_time()
     Redactor().redact(text)
-    assert time.perf_counter() - start < 3.0  # each ~0.1-0.5 s; backtracking patterns take minutes
+    assert time.process_time() - start < 20.0
 
 
 # -- blocklist ----------------------------------------------------------------------------------------
@@ -220,11 +222,13 @@ def test_custom_list_file_phrases_and_max_hits(tmp_path):
 
 
 def test_blocklist_cost_does_not_depend_on_list_size():
+    start = time.process_time()
     b = Blocklist([f"term{i}" for i in range(50_000)] + ["needle"])
+    assert time.process_time() - start < 2.0  # ~0.1 s; finding screen words for them all took ~160 s
     text = "haystack words " * 100_000 + "needle"
-    start = time.perf_counter()
+    start = time.process_time()
     assert b.matches(text) == ["needle"]
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def _matches_word_by_word(b: Blocklist, text: str, limit: int | None) -> list[str]:

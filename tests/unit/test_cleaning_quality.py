@@ -150,9 +150,9 @@ def test_sentences_are_counted_per_line():
     assert count_sentences("One. Two! Three? Four") == 4
     assert count_sentences("No boundary e.g.here") == 1
     assert count_sentences("   ") == 0
-    start = time.perf_counter()
+    start = time.process_time()
     count_sentences("." * 1_000_000)  # a run of dots is one boundary candidate, not a million
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 # -- Gopher quality -----------------------------------------------------------------------------------
@@ -523,9 +523,9 @@ def test_quality_is_bounded_on_pathological_documents():
         "word " * 200_000,
         junk,
     ]
-    start = time.perf_counter()
+    start = time.process_time()
     r = step(batch(docs, [None] * len(docs)))
-    assert time.perf_counter() - start < 15.0
+    assert time.process_time() - start < 15.0
     assert r.stats.docs_in == len(docs) and r.stats.docs_removed == len(docs)
     assert "quality.error" not in r.stats.removed_docs
 
