@@ -31,10 +31,11 @@ import pyarrow.compute as pc
 from platform_assets.contracts import DEFAULT_IO
 from platform_assets.dedup.band_buckets import BandBuckets, BucketedNearDedup, ShingleSpill, SpillDir
 from platform_assets.dedup.batch_slices import text_row_slices
-from platform_assets.dedup.clusters import UnionFind
+from platform_assets.dedup.clusters import UnionFind, removed_per_source
 from platform_assets.dedup.document_keys import DocumentKeyer, shingle_lists, signature_matrix
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import near_duplicate_links, similarity
+from platform_assets.dedup.keep_lookup import KeepLookup
 from platform_assets.dedup.keep_policy import priority_order, ranks
 from platform_assets.dedup.lsh_shape import lsh_shape
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
@@ -48,6 +49,7 @@ from platform_assets.dedup.result import (  # re-exported: callers import them f
     NEAR_SIMHASH,
     DedupCounts,
     DedupResult,
+    exclusions_table,
 )
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.signature_spill import SignatureSpill, SpilledRows
@@ -134,13 +136,16 @@ class Deduplicator:
             self._buckets.add(first, sigs, n_sh > 0)
 
     def finish(self, band_keys: tuple[np.ndarray, np.ndarray] | None = None,
-               write_accepted: Callable[[pa.Schema, Iterator[pa.Table]], None] | None = None) -> DedupResult:
+               write_accepted: Callable[[pa.Schema, Iterator[pa.Table]], None] | None = None,
+               decisions: bool = True) -> DedupResult:
         """band_keys: (document, key) of every band value two fed documents (or earlier runs' accepted
         ones) share, documents numbered globally; required when constructed with band_keys_given.
 
         write_accepted: called with the accepted-signature artifact's schema and its row groups
         (ARTIFACT_ROW_GROUP_ROWS rows) before the spill files are removed; the result's `accepted` is
-        then None. With spilled signatures only a row group of them is read at a time."""
+        then None. With spilled signatures only a row group of them is read at a time.
+        decisions: False leaves the result's `decisions` table out (the stage writes the removed
+        documents' tables and filters by the keep lookup, never reading it)."""
         self._check_open()
         if self._band_keys_given and self._spill is not None and self.simhasher is None and band_keys is None:
             raise ValueError("this Deduplicator takes its shared band keys from finish(band_keys=...)")
@@ -181,7 +186,11 @@ class Deduplicator:
             root = self._resolve_clusters(rank, links)
 
             keep = links.target < 0
-            decisions, duplicates = self._tables(ids, sources, order, root, keep, links)
+            kept_roots = root[keep] == n_prior + np.flatnonzero(keep)  # filter_batch relies on it
+            if not kept_roots.all():
+                raise RuntimeError(f"{int((~kept_roots).sum())} kept documents are not their cluster's root")
+            del kept_roots
+            tables = self._tables(ids, sources, order, root, keep, links, decisions)
             kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
             kept_rows = kept_rows[_first_occurrence(ids, kept_rows)]
             take = pa.array(kept_rows, pa.int64())
@@ -212,7 +221,8 @@ class Deduplicator:
         counts.removed_near_image = int((links.rule == 3).sum())
         counts.removed_against_earlier_runs = int((root[removed] < n_prior).sum())
         counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
-        return DedupResult(decisions, duplicates, accepted, counts)
+        return DedupResult(tables.decisions, tables.duplicates, accepted, counts, KeepLookup(ids, keep),
+                           tables.exclusions, tables.per_source)
 
     def _check_open(self) -> None:
         if self._finished:
@@ -341,41 +351,56 @@ class Deduplicator:
         links.similarity[rows[second]] = links.similarity[via[second] - n_prior]
         return uf.roots()[n_prior:]
 
-    def _tables(
-        self,
-        ids: pa.Array,
-        sources: pa.Array,
-        order: np.ndarray,
-        root: np.ndarray,
-        keep: np.ndarray,
-        links: _Links,
-    ) -> tuple[pa.Table, pa.Table]:
+    def _tables(self, ids: pa.Array, sources: pa.Array, order: np.ndarray, root: np.ndarray, keep: np.ndarray,
+                links: _Links, with_decisions: bool) -> _Tables:
+        """The removed documents' tables (duplicates, exclusions), the per-source counts, and the whole
+        decisions table if asked: a removed row's cluster is its kept document's id, a kept row's its own."""
         n_prior = len(self.prior)
         all_ids = pa.concat_arrays([self.prior.ids, ids]) if n_prior else ids
         all_sources = pa.concat_arrays([self.prior.sources, sources]) if n_prior else sources
         rule_names = pa.array(np.array([None, EXACT, NEAR, NEAR_IMAGE, NEAR_SIMHASH], dtype=object)[links.rule],
                               pa.string())
-        cluster_id = pc.take(all_ids, pa.array(root, pa.int64()))
-        kept_id = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), cluster_id)
         sim = pa.array(links.similarity, pa.float32(), from_pandas=True)  # NaN -> null for kept rows
-        decisions = pa.table(
-            [ids, sources, pa.array(keep), rule_names, cluster_id, kept_id, sim], schema=DECISIONS_SCHEMA
-        ).take(pa.array(order, pa.int64()))
-        r = pa.array(np.flatnonzero(~keep), pa.int64())
+        per_source = removed_per_source(pa.table({"source": sources, "rule": rule_names}))
+        decisions = None
+        if with_decisions:
+            cluster_id = pc.take(all_ids, pa.array(root, pa.int64()))
+            kept_id = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), cluster_id)
+            decisions = pa.table(
+                [ids, sources, pa.array(keep), rule_names, cluster_id, kept_id, sim], schema=DECISIONS_SCHEMA
+            ).take(pa.array(order, pa.int64()))
+            del cluster_id, kept_id
+        # the removed rows in keep-policy order (the exclusions' order), and ascending (the duplicates')
+        by_policy = order[~keep[order]]
+        excl_rows = pa.array(by_policy, pa.int64())
+        exclusions = exclusions_table(pc.take(ids, excl_rows), pc.take(rule_names, excl_rows),
+                                      pc.take(all_ids, pa.array(root[by_policy], pa.int64())),
+                                      pc.take(sim, excl_rows))
+        removed = np.flatnonzero(~keep)
+        r = pa.array(removed, pa.int64())
+        cluster_of_removed = pc.take(all_ids, pa.array(root[removed], pa.int64()))
         duplicates = pa.table(
             [
-                pc.take(cluster_id, r),
-                pc.take(cluster_id, r),
-                pc.take(all_sources, pa.array(root[~keep], pa.int64())),
+                cluster_of_removed,
+                cluster_of_removed,
+                pc.take(all_sources, pa.array(root[removed], pa.int64())),
                 pc.take(ids, r),
                 pc.take(sources, r),
                 pc.take(sim, r),
                 pc.take(rule_names, r),
-                pa.array(root[~keep] < n_prior),
+                pa.array(root[removed] < n_prior),
             ],
             schema=DUPLICATES_SCHEMA,
         ).sort_by([("cluster_id", "ascending"), ("removed_id", "ascending"), ("removed_source", "ascending")])
-        return decisions, duplicates
+        return _Tables(decisions, duplicates, exclusions, per_source)
+
+
+@dataclass
+class _Tables:
+    decisions: pa.Table | None
+    duplicates: pa.Table
+    exclusions: pa.Table
+    per_source: pa.Table
 
 
 class _ArrowIds(Sequence[str]):

@@ -8,6 +8,7 @@ every machine and run; signatures persisted by one run are valid in the next. Bu
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 HASH_SCHEME_VERSION = 1
@@ -91,6 +92,24 @@ def hash_byte_spans(
         a = int(starts[i])
         out[i] = xxhash.xxh3_64_intdigest(data[a : a + int(lengths[i])].tobytes())
     return out
+
+
+def string_hashes(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each string of an Arrow string array (hash_byte_spans of its bytes, nulls as
+    empty): equal strings hash equal; unequal ones may collide (a NUL byte, or chance), so an equal hash
+    is only a candidate. Costs one copy of the character data (the 8 bytes of padding it needs)."""
+    strings = strings.cast(pa.string())
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    if not len(strings):
+        return np.empty(0, np.uint64)
+    offsets = np.frombuffer(strings.buffers()[1], np.int32, len(strings) + 1, 4 * strings.offset).astype(np.int64)
+    raw = strings.buffers()[2]
+    data = np.zeros(int(offsets[-1] - offsets[0]) + 8, np.uint8)  # read 8 bytes past a string's start
+    if raw is not None:
+        data[: int(offsets[-1] - offsets[0])] = np.frombuffer(raw, np.uint8, int(offsets[-1] - offsets[0]),
+                                                               int(offsets[0]))
+    return hash_byte_spans(data, offsets[:-1] - offsets[0], np.diff(offsets))
 
 
 def _fold_words(

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from platform_assets.contracts import Counts, exclusions_schema
-from platform_assets.dedup.clusters import cluster_size_histogram, removed_per_source
+from platform_assets.dedup.clusters import cluster_size_histogram
+from platform_assets.dedup.keep_lookup import KeepLookup
 from platform_assets.dedup.signature_store import AcceptedSignatures
 
 EXACT = "exact_duplicate"
@@ -78,71 +77,53 @@ class DedupCounts(Counts):
     simhash_tables: int = 0
 
 
+def exclusions_table(ids: pa.Array, rules: pa.Array, kept_ids: pa.Array, similarity: pa.Array) -> pa.Table:
+    """Removed documents for `_exclusions.parquet` (EXCLUSIONS_SCHEMA): `value` is the similarity as
+    text, or for SimHash the Hamming distance its similarity stands for."""
+    similarity = similarity.cast(pa.float64())
+    value = [None if s is None else f"{round((1 - s) * 64)}" if r == NEAR_SIMHASH else f"{s:.4g}"
+             for s, r in zip(similarity.to_pylist(), rules.to_pylist(), strict=True)]
+    return pa.table(
+        {
+            "id": ids,
+            "rule": rules,
+            "value": pa.array(value, pa.string()),
+            "bytes": pa.nulls(len(ids), pa.int64()),
+            "kept_id": kept_ids,
+            "similarity": similarity,
+        },
+        schema=EXCLUSIONS_SCHEMA,
+    )
+
+
 @dataclass
 class DedupResult:
-    decisions: pa.Table  # DECISIONS_SCHEMA, one row per input row, in keep-policy order
+    """What the decisions hold for the write pass: which ids to keep (~10 B a document, keep_lookup.py)
+    and the removed documents' tables; the whole decisions table only when asked for."""
+
+    # DECISIONS_SCHEMA, one row per input row, in keep-policy order; None from `finish(decisions=False)`
+    # (the stage: ~95 B a document it never reads: 33 MB of the 16x pipeline_scaling corpus)
+    decisions: pa.Table | None
     duplicates: pa.Table  # DUPLICATES_SCHEMA, one row per removed document
     # earlier runs' + this run's kept documents: the next run's input; None once `hand_over_accepted`
     accepted: AcceptedSignatures | None
     counts: DedupCounts
-    _keep_ids: pa.Array = field(init=False, repr=False)
-    _keep_flag: np.ndarray = field(init=False, repr=False)
-    _cluster: pa.Array = field(init=False, repr=False)
-    _emitted: np.ndarray = field(init=False, repr=False)
-    _excl: pa.Table = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        d = self.decisions
-        if self.counts.duplicate_ids == 0:
-            # every id once (the usual input): the decisions' own columns. The grouping below cost ~390 B
-            # a document at its peak (Arrow's hash aggregation; 117 MB for 300k documents), the largest
-            # per-document state of the decisions
-            self._keep_ids = d["id"].combine_chunks()
-            self._keep_flag = d["keep"].combine_chunks().to_numpy(zero_copy_only=False).astype(bool)
-            self._cluster = d["cluster_id"].combine_chunks()
-        else:
-            # one decision per distinct id (an id read twice is the same document: kept once at most)
-            g = pa.table({"id": d["id"], "keep": d["keep"].cast(pa.int8()), "cid": d["cluster_id"]})
-            g = g.group_by("id", use_threads=False).aggregate([("keep", "max"), ("cid", "first")])
-            self._keep_ids = g["id"].combine_chunks()
-            self._keep_flag = g["keep_max"].to_numpy().astype(bool)
-            self._cluster = g["cid_first"].combine_chunks()
-        self._emitted = np.zeros(len(self._keep_ids), dtype=bool)
-        removed = d.filter(pc.invert(d["keep"]))
-        similarity = removed["similarity"].cast(pa.float64())
-        value = [None if s is None else f"{round((1 - s) * 64)}" if r == NEAR_SIMHASH else f"{s:.4g}"
-                 for s, r in zip(similarity.to_pylist(), removed["rule"].to_pylist(), strict=True)]
-        self._excl = pa.table(
-            {
-                "id": removed["id"],
-                "rule": removed["rule"],
-                "value": pa.array(value, pa.string()),
-                "bytes": pa.nulls(removed.num_rows, pa.int64()),
-                "kept_id": removed["kept_id"],
-                "similarity": similarity,
-            },
-            schema=EXCLUSIONS_SCHEMA,
-        )
+    keep: KeepLookup = field(repr=False)
+    excluded: pa.Table = field(repr=False)  # EXCLUSIONS_SCHEMA, the removed rows in keep-policy order
+    per_source: pa.Table = field(repr=False)  # removed_per_source of the decisions
 
     def filter_batch(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
-        """The batch's kept documents, with a `cluster_id` column (the kept member's id).
+        """The batch's kept documents, with a `cluster_id` column (the kept member's id: its own).
 
         Rows may come in any order and batching; an id is emitted once even if read twice.
         """
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        found = pc.index_in(table["id"], value_set=self._keep_ids)
-        if found.null_count:
-            raise ValueError("filter_batch got documents that were not given to add_batch")
-        idx = found.to_numpy(zero_copy_only=False).astype(np.int64)
-        keep = self._keep_flag[idx] & ~self._emitted[idx]
-        rows = np.flatnonzero(keep)
-        _, first = np.unique(idx[rows], return_index=True)  # an id twice in one batch: its first row
-        rows = np.sort(rows[first])
-        self._emitted[idx[rows]] = True
+        rows = self.keep.kept_rows(table["id"])
         # most batches keep every row (the 16x pipeline_scaling input: 14 of 16): the batch itself,
         # not a `take` copy of it, so the write pass holds one copy of the batch's text, not two
         kept = table if len(rows) == table.num_rows else table.take(pa.array(rows, pa.int64()))
-        cluster = pc.take(self._cluster, pa.array(idx[rows], pa.int64()))
+        # a kept document is the root of its cluster (Deduplicator.finish checks it)
+        cluster = kept["id"].cast(pa.string())
         if "cluster_id" in kept.schema.names:
             kept = kept.drop_columns(["cluster_id"])
         return kept.append_column(pa.field("cluster_id", pa.string(), nullable=False), cluster)
@@ -158,10 +139,10 @@ class DedupResult:
 
     def exclusions(self) -> pa.Table:
         """Removed documents for `_exclusions.parquet`: id, rule, value, bytes, kept_id, similarity."""
-        return self._excl
+        return self.excluded
 
     def removed_per_source(self) -> pa.Table:
-        return removed_per_source(self.decisions)
+        return self.per_source
 
     def cluster_size_histogram(self) -> pa.Table:
         return cluster_size_histogram(self.duplicates)

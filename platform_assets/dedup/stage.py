@@ -207,7 +207,7 @@ def deduplicate_outputs(
         # goes, and never held (side files are listed by name: the order of writing changes no byte)
         # the shared band keys (16 B a pair) are read here and handed over, not also held by this frame
         result = dedup.finish(live_band_keys(storage, bucket_dirs, live) if live is not None else None,
-                              write_accepted=partial(sink.write_side_row_groups, SIGNATURES_FILE))
+                              write_accepted=partial(sink.write_side_row_groups, SIGNATURES_FILE), decisions=False)
         live = None
         # the decisions' Python objects and numpy temporaries (the candidate index, the shingle cache)
         # are freed now, but glibc keeps their pages in fragmented arenas: given back before the write

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from platform_assets.dedup.hash64 import GOLDEN, fmix64_inplace, hash_byte_spans
+from platform_assets.dedup.hash64 import GOLDEN, fmix64_inplace, string_hashes
 from platform_assets.packing.provenance import PROVENANCE_FILE, PROVENANCE_SCHEMA
 from platform_assets.packing.survey import TokenizedInputError
 from platform_assets.parquet_parts import write_row_groups
@@ -36,20 +36,8 @@ ROW_GROUP_ROWS = 65_536
 def chunk_key_hashes(ids: pa.Array, chunks: pa.Array | np.ndarray) -> np.ndarray:
     """A 64-bit hash of each (id, chunk): equal keys hash equal; unequal ones may collide (an id with
     a NUL byte, or chance), so a repeated hash is only a candidate."""
-    ids = ids.cast(pa.string())
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
     chunks = np.asarray(chunks, dtype=np.int64).astype(np.uint64)
-    if not len(ids):
-        return np.empty(0, np.uint64)
-    offsets = np.frombuffer(ids.buffers()[1], np.int32, len(ids) + 1, 4 * ids.offset).astype(np.int64)
-    raw = ids.buffers()[2]
-    data = np.zeros(int(offsets[-1]) + 8, np.uint8)  # hash_byte_spans reads 8 bytes past a string's start
-    if raw is not None:
-        data[: int(offsets[-1] - offsets[0])] = np.frombuffer(raw, np.uint8, int(offsets[-1] - offsets[0]),
-                                                               int(offsets[0]))
-    starts = offsets[:-1] - offsets[0]
-    out = hash_byte_spans(data, starts, np.diff(offsets))
+    out = string_hashes(ids)
     out ^= (chunks + np.uint64(1)) * GOLDEN
     return fmix64_inplace(out)
 

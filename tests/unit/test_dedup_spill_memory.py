@@ -12,7 +12,6 @@ import pytest
 
 from platform_assets.contracts import SIGNATURES_FILE
 from platform_assets.dedup import deduplicator
-from platform_assets.dedup import result as dedup_result
 from platform_assets.dedup.band_buckets import ShingleSpill
 from platform_assets.dedup.deduplicator import Deduplicator, deduplicate
 from platform_assets.dedup.settings import DedupSettings
@@ -181,29 +180,79 @@ def test_the_write_pass_encodes_each_kept_batch_before_reading_the_next(tmp_path
     assert writing_threads == {threading.current_thread().name}  # no writer thread of its own
 
 
-def test_unique_ids_skip_the_per_id_grouping(tmp_path, monkeypatch):
-    """With every id once the write pass looks ids up in the decisions' own columns: the per-id
-    grouping (~390 B a document at its peak) runs only for an input with an id twice, and both
-    filter alike."""
-    grouped = []
-
-    class GroupingSpy:  # result.py's `pa`, noting the tables it groups
-        def __getattr__(self, name):
-            return getattr(pa, name)
-
-        @staticmethod
-        def table(*args, **kwargs):
-            built = pa.table(*args, **kwargs)
-            if "keep" in built.column_names and "cid" in built.column_names:
-                grouped.append(built.num_rows)
-            return built
-
-    monkeypatch.setattr(dedup_result, "pa", GroupingSpy())
+def test_the_write_pass_looks_ids_up_by_hash_and_the_same_id_twice_is_emitted_once(tmp_path):
+    """The keep lookup holds 10 B a document (a hash, a keep and an emitted flag), not the decisions'
+    ids; an input with an id read twice keeps it once, as before."""
     table = _table(_corpus())
     settings = _storage_settings(tmp_path, "disk")
-    unique = deduplicate(table, settings)[1]
-    assert unique.counts.duplicate_ids == 0 and grouped == []
+    kept, unique = deduplicate(table, settings)
+    lookup = unique.keep
+    assert lookup._ids is None  # hashes, not the ids
+    assert lookup._hashes.nbytes + lookup._keep.nbytes + lookup._emitted.nbytes == 10 * table.num_rows
     twice = pa.concat_tables([table, table.slice(0, 5)])
     kept_twice, repeated = deduplicate(twice, settings)
-    assert repeated.counts.duplicate_ids == 5 and grouped == [twice.num_rows]
-    assert kept_twice.equals(deduplicate(table, settings)[0])  # the repeated rows emitted once
+    assert repeated.counts.duplicate_ids == 5 and len(repeated.keep) == table.num_rows
+    assert kept_twice.equals(kept)  # the repeated rows emitted once
+    d = unique.decisions
+    assert kept["id"].to_pylist() == [i for i in table["id"].to_pylist()
+                                      if i in set(d.filter(d["keep"])["id"].to_pylist())]
+
+
+def _reference_kept_rows(batches: list[list[str]], decided: list[str], keep: list[bool]) -> list[list[int]]:
+    """The lookup's contract in plain Python: an id is kept if any of its rows is, emitted once."""
+    kept_ids = {i for i, k in zip(decided, keep, strict=True) if k}
+    emitted, out = set(), []
+    for batch in batches:
+        rows = []
+        for r, i in enumerate(batch):
+            if i in kept_ids and i not in emitted:
+                emitted.add(i)
+                rows.append(r)
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_keep_lookup_matches_the_plain_contract_with_and_without_hash_collisions(monkeypatch, collide):
+    """Random ids (some decided twice, one kept and one not), read back in random batches; with every
+    hash forced into 4 values the lookup falls back to the ids and answers the same."""
+    from platform_assets.dedup import keep_lookup
+
+    if collide:
+        real = keep_lookup.string_hashes
+        monkeypatch.setattr(keep_lookup, "string_hashes", lambda ids: real(ids) & np.uint64(3))
+    rng = random.Random(11)
+    ids = [f"doc-{rng.randrange(10**9):09d}" for _ in range(3000)]
+    decided = ids + rng.sample(ids, 200)  # 200 ids decided twice (the same document read twice)
+    keep = [rng.random() < 0.7 for _ in decided]
+    lookup = keep_lookup.KeepLookup(pa.array(decided), np.array(keep))
+    assert (lookup._ids is not None) == collide and len(lookup) == len(set(ids))
+    reading = ids + rng.sample(ids, 300)
+    rng.shuffle(reading)
+    batches = [reading[a: a + 257] for a in range(0, len(reading), 257)]
+    got = [lookup.kept_rows(pa.array(b)).tolist() for b in batches]
+    assert got == _reference_kept_rows(batches, decided, keep)
+    with pytest.raises(ValueError, match="not given to add_batch.*never-decided"):
+        lookup.kept_rows(pa.array(["never-decided"]))
+
+
+def test_the_stage_leaves_the_decisions_table_out_and_writes_the_same_tables(tmp_path):
+    """finish(decisions=False): no per-document decisions table, the same exclusions, duplicates and
+    per-source counts as with it."""
+    texts = _corpus()
+    table = _table(texts + texts[:5])  # exact copies too
+    results = []
+    for with_decisions in (True, False):
+        dedup = Deduplicator(_storage_settings(tmp_path, "disk"))
+        for batch in table.to_batches(max_chunksize=17):
+            dedup.add_batch(batch)
+        results.append(dedup.finish(decisions=with_decisions))
+    full, lean = results
+    assert lean.decisions is None and full.decisions.num_rows == table.num_rows
+    assert full.counts.removed_near > 0 and full.counts.removed_exact > 0
+    assert lean.exclusions().equals(full.exclusions()) and lean.duplicates.equals(full.duplicates)
+    assert lean.removed_per_source().equals(full.removed_per_source())
+    assert lean.filter_batch(table).equals(full.filter_batch(table))
+    d = full.decisions.filter(pa.compute.invert(full.decisions["keep"]))  # the exclusions are its removed rows
+    assert full.exclusions()["id"].to_pylist() == d["id"].to_pylist()
+    assert full.exclusions()["kept_id"].to_pylist() == d["kept_id"].to_pylist()
