@@ -17,21 +17,25 @@ of deduplicated_documents at 16x the input of pipeline_scaling's 16 MB base (8 M
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from platform_assets.query import OUTPUT_VIEWS, connect, output_dataset, registered_views
 from platform_assets.storage import Storage
 
 EXCERPT_CHARS = 240
-# The excerpt pass reads the text of every document of a part to find the sample's: one row group at a
-# time. Pre-buffering (Arrow's default) fetches a whole part's text first, and parts grow up to
-# io.part_max_bytes (512 MiB) with the input: on pipeline_scaling's 16x input (8 MiB batches) the two
-# spot checks of the dedup asset raised the process's peak by 146 MB with it.
-ROW_GROUP_AT_A_TIME = pads.ParquetFragmentScanOptions(pre_buffer=False)
+# The excerpt pass finds the sample's documents by their ids first (a row group's id column, ~36 B a
+# document), then decodes the text of only the row groups that hold one, EXCERPT_BATCH_ROWS rows at a
+# time, without Arrow's pre-buffering of a whole part. Scanning every row group's text with the ids as
+# a filter held 170-250 MB while it ran on pipeline_scaling's corpus (1x-16x, the dedup asset's spot
+# checks) and read all of it; a whole row group decoded at once (38 MB of text at 16x) held 169 MB, in
+# batches of 256 rows 64 MB.
+EXCERPT_BATCH_ROWS = 256
 _WHITESPACE = re.compile(r"[\t\n\f\r ]+")  # RE2's \s, which the excerpts were cut with in DuckDB before
 # exclusions view -> the documents view holding the text that stage judged
 REMOVALS = {
@@ -75,7 +79,7 @@ def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int
     for removals, documents in REMOVALS.items():
         if removals in stages and removals in present and documents in present:
             selects.append(f"SELECT d.id, d.source, d.modality, e.rule, e.value, '{documents}' AS view, {order} AS k "
-                           f"FROM {removals} e JOIN {documents} d ON d.id = e.id "
+                           f"FROM {removals} e JOIN {_removed_documents(documents, removals)} d ON d.id = e.id "
                            f"WHERE ($rule IS NULL OR e.rule = $rule OR starts_with(e.rule, $rule || '.')) "
                            f"AND ($source IS NULL OR d.source = $source)")
     if not selects:
@@ -88,6 +92,14 @@ def spot_check(storage: Storage, rule: str | None = None, n: int = 20, seed: int
     return _with_excerpts(storage, views, con.execute(sql, params).fetchall())
 
 
+def _removed_documents(documents: str, removals: str) -> str:
+    """The documents a stage removed, as a subquery to join its exclusions with: DuckDB builds the
+    semi-join's hash table on the exclusions' ids and streams the documents past it, where a plain join
+    of the two held more of the documents (the dedup asset's spot check on pipeline_scaling's 16x
+    corpus: 103 -> 68 MB, the same rows)."""
+    return f"(SELECT id, source, modality FROM {documents} WHERE id IN (SELECT id FROM {removals}))"
+
+
 # name -> (output dir, file glob or globs): query.OUTPUT_VIEWS, or query.output_views of a config's keys
 Views = Mapping[str, tuple[str, str | Sequence[str]]]
 
@@ -97,15 +109,32 @@ def _with_excerpts(storage: Storage, views: Views, rows: list[tuple]) -> list[Sp
     excerpts: dict[tuple[str, str], str | None] = {}
     for view in sorted({row[5] for row in rows}):
         ids = sorted({row[0] for row in rows if row[5] == view})
-        dataset = output_dataset(storage, *views[view])
-        # one batch read at a time: the text of every document passes through, the sample's is kept
-        scanner = dataset.scanner(columns=["id", "text"], filter=pc.field("id").isin(ids), batch_readahead=0,
-                                  fragment_readahead=1, fragment_scan_options=ROW_GROUP_AT_A_TIME)
-        for batch in scanner.to_batches():
-            for doc_id, text in zip(batch.column("id").to_pylist(), batch.column("text").to_pylist(), strict=True):
-                excerpts.setdefault((view, doc_id), None if text is None else _excerpt(text))
+        for doc_id, text in _texts_of(output_dataset(storage, *views[view]), ids):
+            excerpts.setdefault((view, doc_id), None if text is None else _excerpt(text))
     return [SpotCheck(doc_id, src, modality, rule, value, excerpts.get((view, doc_id)))
             for doc_id, src, modality, rule, value, view in rows]
+
+
+def _texts_of(dataset: pads.FileSystemDataset, ids: list[str]) -> Iterator[tuple[str, str | None]]:
+    """(id, text) of the documents with one of `ids`, in the dataset's order: each row group's ids are
+    read, its text only where one of them is wanted, in batches of EXCERPT_BATCH_ROWS; stops once every
+    id was found."""
+    wanted, left = pa.array(ids, pa.string()), set(ids)
+    for path in dataset.files:
+        with dataset.filesystem.open_input_file(path) as f:
+            part = pq.ParquetFile(f, pre_buffer=False)
+            for row_group in range(part.num_row_groups):
+                if not left:
+                    return
+                row_ids = part.read_row_group(row_group, columns=["id"], use_threads=False)["id"]
+                if not pc.any(pc.is_in(row_ids, value_set=wanted)).as_py():
+                    continue
+                for batch in part.iter_batches(EXCERPT_BATCH_ROWS, row_groups=[row_group], columns=["id", "text"],
+                                               use_threads=False):
+                    found = batch.filter(pc.is_in(batch["id"], value_set=wanted))
+                    for doc_id, text in zip(found["id"].to_pylist(), found["text"].to_pylist(), strict=True):
+                        left.discard(doc_id)
+                        yield doc_id, text
 
 
 def _excerpt(text: str) -> str:
@@ -118,7 +147,8 @@ def rules_removed(storage: Storage, source: str | None = None,
     (`views`: as spot_check's)."""
     con = connect(storage, views or OUTPUT_VIEWS)
     present = registered_views(con)
-    selects = [f"SELECT e.rule, d.source FROM {r} e JOIN {d} d ON d.id = e.id" for r, d in REMOVALS.items()
+    selects = [f"SELECT e.rule, d.source FROM {r} e JOIN {_removed_documents(d, r)} d ON d.id = e.id"
+               for r, d in REMOVALS.items()
                if r in present and d in present]
     if not selects:
         return {}
