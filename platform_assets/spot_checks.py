@@ -119,13 +119,14 @@ def _texts_of(dataset: pads.FileSystemDataset, ids: list[str]) -> Iterator[tuple
     """(id, text) of the documents with one of `ids`, in the dataset's order: each row group's ids are
     read, its text only where one of them is wanted, in batches of EXCERPT_BATCH_ROWS; stops once every
     id was found."""
-    wanted, left = pa.array(ids, pa.string()), set(ids)
+    left = set(ids)
     for path in dataset.files:
         with dataset.filesystem.open_input_file(path) as f:
             part = pq.ParquetFile(f, pre_buffer=False)
             for row_group in range(part.num_row_groups):
                 if not left:
                     return
+                wanted = pa.array(sorted(left), pa.string())  # an id found once is not read again
                 row_ids = part.read_row_group(row_group, columns=["id"], use_threads=False)["id"]
                 if not pc.any(pc.is_in(row_ids, value_set=wanted)).as_py():
                     continue
