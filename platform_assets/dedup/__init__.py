@@ -4,7 +4,8 @@ near-duplicate removal.
 Entry points for the asset wrapper:
 - `Deduplicator(settings, accepted=None)`: `.add_batch(record_batch)` over every cleaned partition,
   `.finish() -> DedupResult`; `DedupResult.filter_batch(batch)` yields the kept documents with a
-  `cluster_id` column, `.exclusions()`, `.duplicates`, `.removed_per_source()`,
+  `cluster_id` column (kept ids looked up by hash: keep_lookup), `.decisions` (one row per document;
+  None from `finish(decisions=False)`, the stage's call), `.exclusions()`, `.duplicates`, `.removed_per_source()`,
   `.cluster_size_histogram()`, `.counts`, `.accepted` (the incremental artifact; the stage takes it with
   `.hand_over_accepted()` to write it before the write pass).
 - `AcceptedSignatures.from_table(parquet_table, settings)` / `.to_table(settings)`.
