@@ -19,7 +19,7 @@ accept it and insert it. Why this shape:
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,7 +81,6 @@ class ShingleStore:
 class NearOutcome:
     target: np.ndarray  # int64 per current document: -1, or the global index of the kept document
     similarity: np.ndarray  # float32: the verified (or estimated) Jaccard to the target; NaN if none
-    accepted: list[int] = field(default_factory=list)  # current documents accepted, in order
     queries: int = 0
     candidates: int = 0  # candidates returned by the LSH (after the max_candidates cap)
     rejected: int = 0  # candidates verification rejected (false positives of the LSH)
@@ -140,7 +139,6 @@ class GreedyNearDedup:
                 continue
             self.index.insert(key, lean)
             self._global[key] = n_prior + row
-            out.accepted.append(row)
         return out
 
     def _best_candidate(

@@ -234,7 +234,6 @@ class GreedySimHashDedup:
             out.queries += 1
             keys = self._keys_of(n_prior + row)
             if len(keys) == 0:  # no block shared with any document: nothing within the distance
-                out.accepted.append(row)
                 continue
             # sorted: the candidate list is a set, its order must not depend on insertion history
             glob = sorted({g for k in keys.tolist() for g in self._index.get(k, ())})
@@ -249,7 +248,6 @@ class GreedySimHashDedup:
                 continue
             if self._insert(n_prior + row):
                 self._global[ids[row]] = n_prior + row
-            out.accepted.append(row)
         return out
 
     def _best(self, row: int, glob: list[int], fps: np.ndarray, rank: np.ndarray,
