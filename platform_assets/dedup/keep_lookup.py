@@ -28,7 +28,7 @@ class KeepLookup:
     def __init__(self, ids: pa.Array, keep: np.ndarray):
         """ids: every decided row's id (an id may repeat: the same document read twice); keep: per row."""
         self._ids: pa.Array | None = None  # the distinct ids, only when two of them share a hash
-        hashes = fmix64_inplace(string_hashes(ids))
+        hashes = _hashes(ids)
         order = np.argsort(hashes, kind="stable")
         hashes = hashes[order]
         same = np.flatnonzero(hashes[1:] == hashes[:-1])
@@ -65,7 +65,7 @@ class KeepLookup:
                 raise ValueError(f"filter_batch got documents that were not given to add_batch: "
                                  f"{ids.filter(found.is_null()).to_pylist()[:5]}")
             return found.to_numpy(zero_copy_only=False).astype(np.int64)
-        h = fmix64_inplace(string_hashes(ids))
+        h = _hashes(ids)
         at = np.minimum(np.searchsorted(self._hashes, h), max(len(self._hashes) - 1, 0))
         unknown = (self._hashes[at] != h) if len(self._hashes) else np.ones(len(h), bool)
         if unknown.any():
@@ -83,3 +83,7 @@ class KeepLookup:
         rows = np.sort(rows[first])
         self._emitted[at[rows]] = True
         return rows
+
+
+def _hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return fmix64_inplace(string_hashes(ids))

@@ -161,6 +161,15 @@ class GreedyNearDedup:
         return best_candidate(self.settings, self.prior, row, sig, glob, signatures, rank, shingles, out)
 
 
+def keys_of_document(docs: np.ndarray, keys: np.ndarray, doc: int) -> np.ndarray:
+    """The keys of `doc` among (document, key) pairs sorted by document (the bucketed MinHash and the
+    SimHash greedy passes). The needles take the pairs' dtype: a Python list (int64) made numpy cast
+    every int32 pair to int64 on each call, O(pairs) per document (90% of the 16x corpus's 792 s
+    dedup stage)."""
+    a, b = np.searchsorted(docs, np.array([doc, doc + 1], docs.dtype))
+    return keys[a:b]
+
+
 def best_candidate(
     settings: NearSettings,
     prior: AcceptedSignatures,

@@ -43,7 +43,7 @@ import numpy as np
 from platform_assets.dedup.hash64 import fmix64_inplace, seed_key
 from platform_assets.dedup.image_near import band_bounds
 from platform_assets.dedup.minhash import exact_jaccard
-from platform_assets.dedup.near_dedup import NearOutcome, ShingleStore
+from platform_assets.dedup.near_dedup import NearOutcome, ShingleStore, keys_of_document
 from platform_assets.dedup.settings import MAX_SIMHASH_TABLES, NearSettings
 from platform_assets.dedup.shingles import ShingleBatch
 from platform_assets.dedup.signature_store import AcceptedSignatures
@@ -215,8 +215,7 @@ class GreedySimHashDedup:
             self._insert(g)
 
     def _keys_of(self, doc: int) -> np.ndarray:
-        a, b = np.searchsorted(self._docs, [doc, doc + 1])
-        return self._keys[a:b]
+        return keys_of_document(self._docs, self._keys, doc)
 
     def _insert(self, doc: int) -> bool:
         keys = self._keys_of(doc)
