@@ -2,12 +2,17 @@
 flash attention, 8-bit optimizers, data wait on a ~125M model).
 
 Run on the device machine from the repository root. Its image has torch, transformers, numpy, pyyaml,
-not pydantic (training's config) nor dagster, and nothing can be downloaded there: carry pydantic's wheels
-for its Python (3.12; `pip download pydantic --python-version 3.12 --only-binary=:all: --platform
-manylinux2014_x86_64 -d .gpuwheels`, the folder ignored by git) and install them first:
+not pydantic (training's config) nor bitsandbytes (8-bit AdamW) nor dagster, and nothing can be
+downloaded there: carry their wheels for its Python (3.12; `pip download pydantic bitsandbytes
+--python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64
+-d .gpuwheels`, the folder ignored by git; bitsandbytes 0.50's wheel is 43 MB, with its CUDA 13 kernels,
+inside the 64 MiB a call may carry) and install them first:
 
-    python3 -m pip install --no-index --find-links .gpuwheels pydantic
+    python3 -m pip install --no-index --find-links .gpuwheels pydantic bitsandbytes
     python3 -m benchmarks.gpu_training_check --out $OUT/gpu_training_check.json
+
+`--runs a,b` picks a subset of the runs (a short lease spent on what is not measured yet), `--no-pytest`
+skips the CUDA tests.
 
 What it does, each part independent (a part that cannot run says why in the JSON, the others go on):
 - the environment: GPU, torch / transformers versions, whether flash-attn and bitsandbytes import;
@@ -129,6 +134,7 @@ def train(work: Path, name: str, raw: dict[str, Any], overrides: dict[str, Any],
             out.update(steps=last.get("step"), first_loss=steps[0].get("loss"), last_loss=last.get("loss"),
                        tokens_per_s=[round(r.get("tokens_per_s", 0.0)) for r in steps],
                        data_wait_fraction=[round(r.get("data_wait_fraction", 0.0), 4) for r in steps],
+                       cuda_peak_allocated_gib=last.get("cuda_peak_allocated_gib"),
                        record_keys=sorted(last))
     return out
 
@@ -146,13 +152,29 @@ def pytest_cuda(timeout: int) -> dict[str, Any]:
     return {"returncode": done.returncode, "tail": (done.stdout + done.stderr).strip().splitlines()[-15:]}
 
 
+RUN_NAMES = ("sdpa_bf16_torchrun", "sdpa_bf16_compiled", "flash_attention_2", "adamw_8bit")
+
+
+def selected_runs(spec: str) -> set[str]:
+    names = {name.strip() for name in spec.split(",") if name.strip()}
+    unknown = sorted(names - set(RUN_NAMES))
+    if unknown or not names:
+        raise SystemExit(f"--runs {spec!r}: unknown run(s) {unknown}; choose from {', '.join(RUN_NAMES)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="JSON file for the results")
     parser.add_argument("--work", default="/tmp/gpu-training-check")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--dry-run", action="store_true", help="tiny model on the CPU (what tests run)")
+    parser.add_argument("--runs", default=",".join(RUN_NAMES),
+                        help="comma-separated subset of the runs, so a short lease goes to what is unmeasured "
+                             f"(default: all of {', '.join(RUN_NAMES)})")
+    parser.add_argument("--no-pytest", action="store_true", help="skip the CUDA tests of tests/training")
     args = parser.parse_args(argv)
+    wanted = selected_runs(args.runs)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"environment": environment()}
@@ -175,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(("adamw_8bit", {"optimizer.name": "adamw_8bit"}, False))
     else:
         results["adamw_8bit"] = "skipped: bitsandbytes does not import here (or no CUDA)"
+    for skipped in [name for name, _, _ in runs if name not in wanted]:
+        results[skipped] = "not selected (--runs)"
+    runs = [run for run in runs if run[0] in wanted]
     for name, over, torchrun in runs:
         raw = run_config(flat, work / f"ckpt-{name}", model, args.steps)
         try:
@@ -183,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = "timed out after 600 s"
         save()
         print(name, json.dumps(results[name])[:600], flush=True)
-    if cuda and not args.dry_run:
+    if cuda and not args.dry_run and not args.no_pytest:
         results["pytest_cuda"] = pytest_cuda(timeout=300)
     save()
     print(json.dumps(results, indent=1)[:4000])

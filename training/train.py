@@ -298,6 +298,10 @@ class Trainer:
                     "data_wait_fraction": interval["wait"] / max(interval["time"], 1e-9),
                     "step_time_s": interval["time"] / interval["steps"],
                     "tokens_seen": self.tokens_seen, "epoch": epoch, **(seq_stats or {}),
+                    # the high-water mark of this rank's tensors since the run started: what an
+                    # optimizer choice (8-bit AdamW's states are a quarter of fp32's) or a batch size changes
+                    **({"cuda_peak_allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30}
+                       if self.device.type == "cuda" else {}),
                     **({"decode_fraction": run_decode / max(run_read + run_decode, 1e-9),
                         "modalities_seen": dict(self.modalities_seen)} if self.media is not None else {}),
                 })

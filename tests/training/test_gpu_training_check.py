@@ -39,3 +39,11 @@ def test_the_run_configs_are_valid(tmp_path, over):
         for part in dotted.split("."):
             node = getattr(node, part)
         assert node == value
+
+
+def test_runs_selects_a_subset_and_refuses_unknown_names():
+    assert check.selected_runs("adamw_8bit, sdpa_bf16_torchrun") == {"adamw_8bit", "sdpa_bf16_torchrun"}
+    with pytest.raises(SystemExit, match="unknown run.*'adamw8bit'"):
+        check.selected_runs("adamw8bit")
+    with pytest.raises(SystemExit, match="unknown run"):
+        check.selected_runs(" , ")

@@ -124,6 +124,9 @@ def test_cuda_bf16_run(flat, tmp_path):
     result = train_in_process(run_config(flat, tmp_path / "ckpt", max_steps=3, precision="auto", deterministic=False))
     assert result.step == 3 and result.loss is not None and result.loss < 10
     assert find_latest_checkpoint(tmp_path / "ckpt").load("model")["lm_head.weight"].dtype == torch.float32
+    peaks = [r["cuda_peak_allocated_gib"] for r in read_records(tmp_path / "ckpt" / "metrics.jsonl")
+             if r["kind"] == "train"]
+    assert peaks and 0 < peaks[0] <= peaks[-1]  # a high-water mark: it never goes down
 
 
 @pytest.mark.slow
