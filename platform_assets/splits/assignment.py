@@ -60,6 +60,18 @@ def assign_splits(
     `prior`: a table with `id` and `split` from the previous assignment; its documents keep their
     split (required for stability when stratifying; harmless otherwise).
     """
+    return split_names(assign_split_codes(table, settings, prior))
+
+
+def split_names(codes: np.ndarray) -> pa.Array:
+    """Split codes (0 train, 1 validation, 2 test) as the `split` column's strings."""
+    return pa.array(_NAMES[codes], pa.string())
+
+
+def assign_split_codes(
+    table: pa.Table | pa.RecordBatch, settings: SplitSettings, prior: pa.Table | None = None
+) -> np.ndarray:
+    """assign_splits as int8 codes (1 B a document; the strings are ~9 B and an offset)."""
     ids = table.column("id")
     n = len(ids)
     u = id_unit_interval(ids, settings.seed)
@@ -85,7 +97,7 @@ def assign_splits(
         bounds = np.cumsum(np.bincount(stratum_idx, minlength=len(stratum.dictionary)))[:-1]
         for rows in np.split(by_stratum, bounds):
             _fill_stratum(codes, rows, u, id_list, ratios)
-    return pa.array(_NAMES[codes], pa.string())
+    return codes
 
 
 def stratum_values(table: pa.Table | pa.RecordBatch, spec: str) -> pa.Array:
@@ -106,6 +118,11 @@ def _fill_stratum(
         c = int(np.argmax(deficit))  # first maximum: train, then validation, then test
         codes[r] = c
         counts[c] += 1
+
+
+def code_counts(codes: np.ndarray) -> np.ndarray:
+    """Documents per split code (train, validation, test), for summing over batches."""
+    return np.bincount(codes, minlength=len(SPLIT_NAMES)).astype(np.int64)
 
 
 def split_counts(splits: pa.Array | pa.ChunkedArray) -> dict[str, int]:

@@ -1,9 +1,11 @@
 """The split stage over stored outputs: add a `split` column to every deduplicated document.
 
-Pass 1 reads ids (and the stratification column, or `meta` for a `meta.` field: a batch at a time,
-keeping only the extracted strings) and assigns splits; pass 2 streams the documents and writes them
-with their split, counting the configured label field per split on the way. The previous output is
-the `prior` assignment, so with stratification existing documents never move either.
+Without stratification one pass streams the documents and writes each batch with its split, a
+seeded hash of each id (nothing is kept per document). With `stratify_by`, pass 1 reads ids and the
+stratification column (or `meta` for a `meta.` field: a batch at a time, keeping only the extracted
+strings) and assigns splits, 1 B a document; pass 2 writes as above. The label field is counted per
+split on the way. The previous output is the `prior` assignment, so with stratification existing
+documents never move either.
 """
 
 from __future__ import annotations
@@ -11,13 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from platform_assets.contracts import DEFAULT_IO, IOSettings, StageResult
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.parquet_parts import TableSink, TableSource
-from platform_assets.splits.assignment import SPLIT_NAMES, assign_splits, split_counts
+from platform_assets.splits.assignment import (
+    SPLIT_NAMES,
+    assign_split_codes,
+    code_counts,
+    hash_split_codes,
+    id_unit_interval,
+    split_names,
+)
 from platform_assets.splits.leakage import LeakageChecker, LeakageReport
 from platform_assets.splits.settings import SplitSettings
 from platform_assets.stats.fields import FieldPath, display, field_values
@@ -84,33 +94,47 @@ def split_outputs(
         _parse_field("splits.stratify_by", settings.stratify_by, schema, in_rel)
     label_path = _parse_field("statistics.label_field", statistics.label_field, schema, in_rel) \
         if statistics.label_field else None
-    # compact copies (concat_arrays): the reader's columns may be views of much larger buffers
-    keys = _stratum_keys(source, settings) if settings.stratify_by else pa.table(
-        {"id": pa.concat_arrays([pa.array([], pa.string()), *(b.column("id") for b in source.batches(["id"]))])})
-    prior = TableSource(storage, out_rel, io).table(["id", "split"]) if settings.stratify_by else None
-    # one split per row of `keys`; pass 2 reads the same parts in the same order, so row i of the
-    # stream is row i of the assignment (no per-batch id lookup)
-    assignment = assign_splits(keys, settings, prior)
-    strata, strata_total = ([], 0) if not settings.stratify_by else strata_report(
-        keys, settings.stratify_by, assignment, statistics.strata_reported)
+    ratios = settings.ratios.as_tuple()
+    if settings.stratify_by:
+        # exact shares per stratum depend on the whole set: pass 1 assigns every row, 1 B a document,
+        # and pass 2 reads the same parts in the same order, so row i of the stream is row i of it
+        keys = _stratum_keys(source, settings)
+        prior = TableSource(storage, out_rel, io).table(["id", "split"])
+        assigned: np.ndarray | None = assign_split_codes(keys, settings, prior)
+        strata, strata_total = strata_report(keys, settings.stratify_by, split_names(assigned),
+                                             statistics.strata_reported)
+        del keys, prior  # the ids (~40 B a document): not held through the write pass
+    else:
+        # a seeded hash of the id alone decides: assigned a batch at a time in the write pass, nothing
+        # kept per document (a first pass held every id and split string: ~55 B a document)
+        assigned, strata, strata_total = None, [], 0
     labels = LabelCounts(label_path, statistics.max_distinct_labels) if label_path else None
 
     out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
         else schema
     offset = 0
+    per_split = np.zeros(len(SPLIT_NAMES), np.int64)
     with TableSink(storage, out_rel, out_schema, io) as sink:
         for batch in source.tracked_batches("split"):
-            split = assignment.slice(offset, batch.num_rows)
+            if assigned is None:
+                codes = hash_split_codes(id_unit_interval(batch.column("id"), settings.seed), ratios)
+            else:
+                codes = assigned[offset : offset + batch.num_rows]
             offset += batch.num_rows
+            per_split += code_counts(codes)
+            split = split_names(codes)
             if labels is not None:
                 labels.add_batch(batch, split)
             table = pa.Table.from_batches([batch])
             if "split" in table.schema.names:
                 table = table.drop_columns(["split"])
             sink.write(table.append_column("split", split))
+        if assigned is not None and offset != len(assigned):  # raised inside: the sink commits nothing
+            raise RuntimeError(f"{in_rel} changed while it was split: {len(assigned)} rows assigned, "
+                               f"{offset} read back")
     return SplitStageResult(rel=out_rel, files=sink.files, rows=sink.rows, schema=out_schema,
-                            counts=split_counts(assignment), strata=strata, strata_total=strata_total,
-                            labels=labels)
+                            counts=dict(zip(SPLIT_NAMES, per_split.tolist(), strict=True)), strata=strata,
+                            strata_total=strata_total, labels=labels)
 
 
 def check_split_leakage(

@@ -112,3 +112,23 @@ def test_same_input_same_split_and_bad_field_is_a_clear_error(tmp_path):
         split_outputs(st, "dedup", "bad", SplitSettings(stratify_by="labels"))
     with pytest.raises(ValueError, match="statistics.label_field: field 'lang'"):
         split_outputs(st, "dedup", "bad", SplitSettings(), statistics=StatisticsSettings(label_field="lang"))
+
+
+def test_unstratified_stage_assigns_batch_by_batch_as_the_whole_table_would(tmp_path):
+    """Without stratify_by the stage assigns each batch from its ids (no first pass over all ids): the
+    same split per document as assign_splits over the whole table, and counts that add up."""
+    from platform_assets.contracts import IOSettings
+    from platform_assets.splits.assignment import assign_splits, split_counts
+
+    rng = random.Random(7)
+    parts = [_docs(rng, f"p{p}", {"pos": 150, "neg": 90}) for p in range(3)]
+    _write(tmp_path, "dedup", parts)
+    settings = SplitSettings(seed=11, ratios=RATIOS)
+    # 2 KB batches: dozens of batches per part, each assigned on its own
+    result = split_outputs(Storage(str(tmp_path)), "dedup", "splits", settings, IOSettings(batch_bytes=2048))
+    out = pq.read_table(tmp_path / "splits", columns=["id", "split"])
+    whole = pa.concat_tables(parts)
+    expected = dict(zip(whole["id"].to_pylist(), assign_splits(whole, settings).to_pylist(), strict=True))
+    assert dict(zip(out["id"].to_pylist(), out["split"].to_pylist(), strict=True)) == expected
+    assert out.num_rows == whole.num_rows == result.rows
+    assert result.counts == split_counts(out["split"]) and min(result.counts.values()) > 0
