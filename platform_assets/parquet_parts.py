@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -107,11 +108,14 @@ class PartWriter:
         """A writer with the `io:` section's compression and part bounds."""
         return cls(staged, schema, io.compression, io.part_max_bytes, prefix, io.part_max_rows, write_behind)
 
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+    def write(self, batch: pa.RecordBatch | pa.Table, as_chunks: bool = False) -> None:
+        """One row group of `batch`. as_chunks: a table's chunks are written as they are (pages end
+        where chunks do), not first combined into one copy of the table (dedup's kept rows: slices of
+        the batch its caller still holds)."""
         if batch.num_rows == 0:
             return
-        if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0]  # one row group per write
+        if isinstance(batch, pa.Table) and not (as_chunks and any(c.num_chunks > 1 for c in batch.columns)):
+            batch = batch.combine_chunks().to_batches()[0]
         if not batch.schema.equals(self.schema):
             batch = batch.select(self.schema.names).cast(self.schema)
         self.rows += batch.num_rows
@@ -126,10 +130,12 @@ class PartWriter:
             self._part_bytes = self._part_rows = 0
         self._part_bytes += batch.nbytes
         self._part_rows += batch.num_rows
+        write = self._writer.write_batch if isinstance(batch, pa.RecordBatch) else \
+            partial(self._writer.write_table, row_group_size=batch.num_rows)  # one row group per write
         if self._pool is None:
-            self._writer.write_batch(batch)
+            write(batch)
         else:
-            self._pending = self._pool.submit(self._writer.write_batch, batch)
+            self._pending = self._pool.submit(write, batch)
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -368,8 +374,8 @@ class TableSink:
         self._writers.append(writer)
         return writer
 
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        self._main.write(batch)
+    def write(self, batch: pa.RecordBatch | pa.Table, as_chunks: bool = False) -> None:
+        self._main.write(batch, as_chunks)
 
     def write_side(self, name: str, table: pa.Table, row_group_rows: int = SIDE_ROW_GROUP_ROWS) -> None:
         write_table(self.staged, name, table, self.io.compression, row_group_rows)

@@ -221,7 +221,7 @@ def deduplicate_outputs(
                 carried += batch.num_rows
                 sink.write(batch)
         for batch in tracked_batches(new_batches(None), "write", None if seen is not None else rows_in):
-            sink.write(result.filter_batch(batch))
+            sink.write(result.filter_batch(batch), as_chunks=True)  # the kept rows: slices of the batch
         exclusions = result.exclusions()
         if previous_exclusions is not None:
             exclusions = pa.concat_tables([previous_exclusions, exclusions])

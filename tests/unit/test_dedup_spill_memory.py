@@ -133,7 +133,7 @@ def test_stage_writes_the_artifact_before_the_write_pass_and_lets_it_go(tmp_path
         pq.write_table(_table(texts), f, row_group_size=13)
     events = []
     write, write_side, write_groups = TableSink.write, TableSink.write_side, TableSink.write_side_row_groups
-    monkeypatch.setattr(TableSink, "write", lambda self, batch: events.append("part") or write(self, batch))
+    monkeypatch.setattr(TableSink, "write", lambda self, batch, **kw: events.append("part") or write(self, batch, **kw))
     monkeypatch.setattr(TableSink, "write_side",
                         lambda self, name, table, *rows: events.append(name) or write_side(self, name, table, *rows))
     monkeypatch.setattr(TableSink, "write_side_row_groups",
