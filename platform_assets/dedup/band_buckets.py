@@ -8,8 +8,9 @@ value with any other), so:
 
 1. while signatures are computed, every (band, band values, document) record goes to one of
    `partitions` bucket files on disk, by a hash of the band values (BandBuckets.add);
-2. each bucket file is read alone, its records grouped by exact (band, values) with numpy, and only
-   the groups of two or more documents are kept: (document, key) pairs (BandBuckets.shared_keys);
+2. each bucket file is read alone, its records grouped by exact (band, values) with numpy (by a 64-bit
+   hash of them, confirmed on the bytes: shared_groups), and only the groups of two or more documents
+   are kept: (document, key) pairs (BandBuckets.shared_keys);
 3. the greedy pass replays the in-memory algorithm over those keys only (BucketedNearDedup): a
    document without a shared key has no candidates and is accepted; one with keys gets the accepted
    documents of its keys as candidates, verified exactly as before (near_dedup.best_candidate).
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from platform_assets.dedup.hash64 import GOLDEN, fmix64_inplace
 from platform_assets.dedup.near_dedup import NearOutcome, best_candidate, keys_of_document
 from platform_assets.dedup.settings import NearSettings
 from platform_assets.dedup.shingles import ShingleBatch
@@ -182,26 +184,72 @@ class BandBuckets:
             f.close()
         docs, keys = [], []
         next_key = 0
-        key_dtype = np.dtype([("band", "<u2"), ("values", "<u4", (self.rows,))])
         for path in self._paths:
             records = np.fromfile(path, self._dtype)
             path.unlink()
             if len(records) < 2:
                 continue
-            key = np.empty(len(records), key_dtype)
-            key["band"], key["values"] = records["band"], records["values"]
-            # exact grouping on the bytes of (band, values): the bucket hash only spreads the work
-            _, inverse, counts = np.unique(key.view(f"V{key_dtype.itemsize}"), return_inverse=True,
-                                           return_counts=True)
-            shared = counts[inverse] >= 2
+            group = shared_groups(records, self.rows)
+            shared = group >= 0
             if shared.any():
-                group_ids, dense = np.unique(inverse[shared], return_inverse=True)
                 docs.append(records["doc"][shared])
-                keys.append(dense.astype(np.int64) + next_key)
-                next_key += len(group_ids)
+                keys.append(group[shared] + next_key)
+                next_key += int(group.max()) + 1
         if not docs:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         return np.concatenate(docs), np.concatenate(keys)
+
+
+def shared_groups(records: np.ndarray, rows: int) -> np.ndarray:
+    """Per record (record_dtype(rows)): the dense number of its exact (band, values) group when two or
+    more records hold it, else -1. Groups are numbered in the order of a 64-bit hash of the key.
+
+    Grouped by that hash, then every grouped record's key bytes are compared with its group's first: a
+    collision of two distinct keys (~n^2 / 2^65 for n records: 1e-10 for a bucket of 100k) falls back
+    to grouping the bytes themselves. np.unique over the 54-byte keys (rows 13) held a sorted copy of
+    them, the permutation, the inverse and the counts: ~130 B a record, 17 MB for a bucket of the 16x
+    pipeline_scaling corpus, where the hash and its order are 24 B a record."""
+    n = len(records)
+    values = records["values"]
+    h = records["band"].astype(np.uint64) * GOLDEN
+    for j in range(rows):
+        h ^= values[:, j].astype(np.uint64)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(31)
+    fmix64_inplace(h)
+    order = np.argsort(h, kind="stable")
+    h = h[order]
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(h[1:], h[:-1], out=first[1:])
+    del h
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, n))
+    start_of = np.repeat(starts, sizes)  # per sorted position: where its hash group starts
+    grouped = np.repeat(sizes >= 2, sizes)
+    # the (band, values) bytes of each record: a view past the 8-byte document number
+    key_bytes = records.view(np.uint8).reshape(n, records.dtype.itemsize)[:, 8:]
+    at, head = order[grouped], order[start_of[grouped]]
+    if (key_bytes[at] != key_bytes[head]).any():  # two distinct keys with one hash
+        return _shared_groups_by_bytes(records)
+    dense = np.cumsum(sizes >= 2) - 1  # per hash group: its number among the shared ones
+    group = np.full(n, -1, np.int64)
+    group[order[grouped]] = np.repeat(dense, sizes)[grouped]
+    return group
+
+
+def _shared_groups_by_bytes(records: np.ndarray) -> np.ndarray:
+    """shared_groups by the key bytes themselves (numbered in their byte order): the collision path."""
+    key_dtype = np.dtype([("band", "<u2"), ("values", records.dtype["values"])])
+    key = np.empty(len(records), key_dtype)
+    key["band"], key["values"] = records["band"], records["values"]
+    _, inverse, counts = np.unique(key.view(f"V{key_dtype.itemsize}"), return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    shared = counts[inverse] >= 2
+    group = np.full(len(records), -1, np.int64)
+    if shared.any():
+        _, group[shared] = np.unique(inverse[shared], return_inverse=True)
+    return group
 
 
 class BucketedNearDedup:

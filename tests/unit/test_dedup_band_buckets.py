@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 from test_dedup_stage import _doc, _edit, _table
 
-from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillDir
+from platform_assets.dedup import band_buckets
+from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillDir, record_dtype, shared_groups
 from platform_assets.dedup.deduplicator import Deduplicator
 from platform_assets.dedup.near_dedup import ShingleStore
 from platform_assets.dedup.settings import DedupSettings, ShingleSettings
@@ -144,3 +145,55 @@ def test_the_candidate_index_finds_what_a_dict_of_lists_finds():
             assert index._insert(doc, None) == bool(len(its_keys))
             for k in its_keys.tolist():
                 reference.setdefault(k, []).append(doc)
+
+
+def _records(n: int, rows: int, distinct_values: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    records = np.empty(n, record_dtype(rows))
+    records["doc"] = rng.permutation(n)
+    records["band"] = rng.integers(0, 3, n)
+    records["values"] = rng.integers(0, distinct_values, (n, rows))
+    return records
+
+
+def _groups_by_key(records: np.ndarray, group: np.ndarray) -> set[frozenset[int]]:
+    """The groups as sets of record positions, and a check that each is one exact key."""
+    out: dict[int, list[int]] = {}
+    for i, g in enumerate(group.tolist()):
+        if g >= 0:
+            out.setdefault(g, []).append(i)
+    for members in out.values():
+        keys = {(int(records["band"][i]), records["values"][i].tobytes()) for i in members}
+        assert len(keys) == 1 and len(members) >= 2
+    return {frozenset(m) for m in out.values()}
+
+
+def _reference_groups(records: np.ndarray) -> set[frozenset[int]]:
+    by_key: dict[tuple, list[int]] = {}
+    for i in range(len(records)):
+        by_key.setdefault((int(records["band"][i]), records["values"][i].tobytes()), []).append(i)
+    return {frozenset(m) for m in by_key.values() if len(m) >= 2}
+
+
+@pytest.mark.parametrize(("n", "rows", "distinct"), [(3000, 2, 6), (3000, 5, 2**31), (2, 4, 1), (500, 3, 2)])
+def test_shared_groups_are_the_exact_keys_held_twice(n, rows, distinct):
+    records = _records(n, rows, distinct, seed=n + rows)
+    if distinct == 2**31:  # nearly all keys unique: plant repeats
+        records["values"][:40] = records["values"][-40:]
+        records["band"][:40] = records["band"][-40:]
+    group = shared_groups(records, rows)
+    assert _groups_by_key(records, group) == _reference_groups(records)
+    shared = np.unique(group[group >= 0])
+    assert (shared == np.arange(len(shared))).all()  # dense from 0
+
+
+def test_shared_groups_fall_back_to_the_bytes_when_hashes_collide(monkeypatch):
+    records = _records(2000, 3, 4, seed=5)
+    # 4 hash values for 64 distinct keys: distinct keys share hashes, the check must see it
+    monkeypatch.setattr(band_buckets, "fmix64_inplace", lambda h: np.bitwise_and(h, np.uint64(3), out=h))
+    by_bytes = band_buckets._shared_groups_by_bytes
+    calls = []
+    monkeypatch.setattr(band_buckets, "_shared_groups_by_bytes", lambda r: calls.append(len(r)) or by_bytes(r))
+    group = shared_groups(records, 3)
+    assert calls == [2000]  # the collision was seen
+    assert _groups_by_key(records, group) == _reference_groups(records)
