@@ -13,8 +13,9 @@ Memory: with `storage: disk` the signatures wait on disk (signature_spill.py), t
 written as the `_signatures` artifact by the decisions themselves, a row group (8,192 rows) read from
 the spill at a time, and glibc's freed heap is given back after the decisions (malloc_trim): the second
 pass holds ~10 B per document (keep_lookup.py: a hash of each id, a keep and an emitted flag) and the
-removed documents' tables, plus the write pass's batches (`io.batch_bytes`: the
-read one and its kept copy, encoded in this thread before the next is read). The stage process on the
+removed documents' tables, plus the write pass's batch (`io.batch_bytes`: the
+read one, whose kept rows are written as slices of it, not a copy, encoded in this thread before the
+next is read). The stage process on the
 whole pipeline_scaling corpus (21,362 documents in at 1x, 90,013 at 4x; 2 cores, 2-4 runs each), peak
 tree RSS before 473-499 MB at 1x, 609-636 at 4x; with the spill 464-475 and 532-562; without the write-
 behind thread 467 and 491-498; the same bytes out. At 16x (~360k documents) it still grew to 954 MB: the
@@ -22,8 +23,10 @@ accepted signatures were gathered at once for the artifact (~170 MB there) and t
 one row group (as much again), the write pass looked ids up in a per-id grouping (~390 B a document),
 and the greedy pass's index was a dict of lists: 604 MB at 16x then (1.29x of 1x). The write pass then
 still held the decisions table (~95 B a document) and two copies of its ids for the lookup, and the
-asset's spot checks ~250 MB: 465 / 498 / 538 MB at 1x / 4x / 16x now (1.16x); what is left grows with
-documents in finish(): ids, sources, hashes, order, ranks, links and roots (~150-250 B each).
+asset's spot checks ~250 MB: 465 / 498 / 538 MB at 1x / 4x / 16x (1.16x); and a `take` copied each
+batch's kept rows while the batch was held (the 16x peak, ~520 MB in the process): 467 / 482 / 507 MB
+now (1.09x). What is left grows with documents in finish(): ids, sources, hashes, order, ranks, links
+and roots (~150-250 B each), freed before the write pass.
 
 In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
