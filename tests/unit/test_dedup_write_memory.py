@@ -9,12 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from platform_assets.contracts import IOSettings
+from platform_assets.dedup.deduplicator import Deduplicator
 from platform_assets.dedup.result import kept_runs
+from platform_assets.dedup.settings import DedupSettings
 from platform_assets.parquet_parts import TableSink
 from platform_assets.storage import Storage
-
-from platform_assets.dedup.deduplicator import Deduplicator
-from platform_assets.dedup.settings import DedupSettings
 
 
 def _texts(n: int, seed: int) -> list[str]:
