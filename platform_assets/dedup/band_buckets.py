@@ -227,8 +227,9 @@ def shared_groups(records: np.ndarray, rows: int) -> np.ndarray:
     sizes = np.diff(np.append(starts, n))
     start_of = np.repeat(starts, sizes)  # per sorted position: where its hash group starts
     grouped = np.repeat(sizes >= 2, sizes)
-    # the (band, values) bytes of each record: a view past the 8-byte document number
-    key_bytes = records.view(np.uint8).reshape(n, records.dtype.itemsize)[:, 8:]
+    # the (band, values) bytes of each record: a view of the bytes after the document number
+    key_from = records.dtype.fields["band"][1]
+    key_bytes = records.view(np.uint8).reshape(n, records.dtype.itemsize)[:, key_from:]
     at, head = order[grouped], order[start_of[grouped]]
     if (key_bytes[at] != key_bytes[head]).any():  # two distinct keys with one hash
         return _shared_groups_by_bytes(records)
