@@ -233,7 +233,7 @@ def _comparable_kept(kept: Any) -> Any:
 
 
 def _comparable_exclusions(excl: Any) -> Any:
-    """The language step's exclusion values ("fuv:0.027 < 0.5") under the baseline's labels."""
+    """The language step's exclusion values under the baseline's labels ("ff:0.027 < 0.5" -> "fuv:0.027 < 0.5")."""
     import pyarrow as pa
 
     values = [v if v is None or not r.startswith("language.") or ":" not in v
