@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from platform_assets.dedup.hash64 import GOLDEN, fmix64_inplace
+from platform_assets.dedup.hash64 import GOLDEN
 from platform_assets.dedup.near_dedup import NearOutcome, best_candidate, keys_of_document
 from platform_assets.dedup.settings import NearSettings
 from platform_assets.dedup.shingles import ShingleBatch
@@ -133,6 +133,18 @@ def record_dtype(rows: int) -> np.dtype:
     return np.dtype([("doc", "<i8"), ("band", "<u2"), ("values", "<u4", (rows,))])
 
 
+def band_value_hashes(band: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A 64-bit mix of each band's number and its values (the last axis of `values`; `band` broadcasts
+    to the others): a record's bucket is it modulo the partitions, and within a bucket file it groups
+    the records (shared_groups)."""
+    mix = np.broadcast_to(band.astype(np.uint64) * GOLDEN, values.shape[:-1]).copy()
+    for j in range(values.shape[-1]):
+        mix ^= values[..., j]
+        mix *= np.uint64(0xBF58476D1CE4E5B9)
+        mix ^= mix >> np.uint64(31)
+    return mix
+
+
 def band_records(first_doc: int, signatures: np.ndarray, with_shingles: np.ndarray, bands: int, rows: int,
                  partitions: int) -> tuple[np.ndarray, np.ndarray]:
     """(records, bucket of each record): every band of `signatures` (rows are documents first_doc,
@@ -143,10 +155,7 @@ def band_records(first_doc: int, signatures: np.ndarray, with_shingles: np.ndarr
     signatures = signatures[with_shingles]
     n = len(signatures)
     values = signatures[:, : bands * rows].reshape(n, bands, rows).astype("<u4", copy=False)
-    mix = np.arange(bands, dtype=np.uint64)[None, :] * np.uint64(0x9E3779B97F4A7C15)
-    for j in range(rows):
-        mix = (mix ^ values[:, :, j].astype(np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
-        mix ^= mix >> np.uint64(31)
+    mix = band_value_hashes(np.arange(bands)[None, :], values)
     bucket = (mix % np.uint64(partitions)).astype(np.int64).ravel()
     records = np.empty(n * bands, record_dtype(rows))
     records["doc"] = np.repeat(docs.astype(np.int64), bands)
@@ -189,7 +198,7 @@ class BandBuckets:
             path.unlink()
             if len(records) < 2:
                 continue
-            group = shared_groups(records, self.rows)
+            group = shared_groups(records)
             shared = group >= 0
             if shared.any():
                 docs.append(records["doc"][shared])
@@ -200,8 +209,8 @@ class BandBuckets:
         return np.concatenate(docs), np.concatenate(keys)
 
 
-def shared_groups(records: np.ndarray, rows: int) -> np.ndarray:
-    """Per record (record_dtype(rows)): the dense number of its exact (band, values) group when two or
+def shared_groups(records: np.ndarray) -> np.ndarray:
+    """Per record (record_dtype): the dense number of its exact (band, values) group when two or
     more records hold it, else -1. Groups are numbered in the order of a 64-bit hash of the key.
 
     Grouped by that hash, then every grouped record's key bytes are compared with its group's first: a
@@ -210,13 +219,7 @@ def shared_groups(records: np.ndarray, rows: int) -> np.ndarray:
     them, the permutation, the inverse and the counts: ~130 B a record, 17 MB for a bucket of the 16x
     pipeline_scaling corpus, where the hash and its order are 24 B a record."""
     n = len(records)
-    values = records["values"]
-    h = records["band"].astype(np.uint64) * GOLDEN
-    for j in range(rows):
-        h ^= values[:, j].astype(np.uint64)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(31)
-    fmix64_inplace(h)
+    h = band_value_hashes(records["band"], records["values"])  # the mix that chose the bucket
     order = np.argsort(h, kind="stable")
     h = h[order]
     first = np.empty(n, dtype=bool)

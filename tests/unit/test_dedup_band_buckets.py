@@ -181,7 +181,7 @@ def test_shared_groups_are_the_exact_keys_held_twice(n, rows, distinct):
     if distinct == 2**31:  # nearly all keys unique: plant repeats
         records["values"][:40] = records["values"][-40:]
         records["band"][:40] = records["band"][-40:]
-    group = shared_groups(records, rows)
+    group = shared_groups(records)
     assert _groups_by_key(records, group) == _reference_groups(records)
     shared = np.unique(group[group >= 0])
     assert (shared == np.arange(len(shared))).all()  # dense from 0
@@ -190,10 +190,11 @@ def test_shared_groups_are_the_exact_keys_held_twice(n, rows, distinct):
 def test_shared_groups_fall_back_to_the_bytes_when_hashes_collide(monkeypatch):
     records = _records(2000, 3, 4, seed=5)
     # 4 hash values for 64 distinct keys: distinct keys share hashes, the check must see it
-    monkeypatch.setattr(band_buckets, "fmix64_inplace", lambda h: np.bitwise_and(h, np.uint64(3), out=h))
+    real = band_buckets.band_value_hashes
+    monkeypatch.setattr(band_buckets, "band_value_hashes", lambda band, values: real(band, values) & np.uint64(3))
     by_bytes = band_buckets._shared_groups_by_bytes
     calls = []
     monkeypatch.setattr(band_buckets, "_shared_groups_by_bytes", lambda r: calls.append(len(r)) or by_bytes(r))
-    group = shared_groups(records, 3)
+    group = shared_groups(records)
     assert calls == [2000]  # the collision was seen
     assert _groups_by_key(records, group) == _reference_groups(records)
