@@ -114,6 +114,13 @@ def set_stats(s: PackSet, packing: Packing, loss_tokens: int) -> SetStats:
         int(s.lengths[packing.dropped].sum()))
 
 
+def summed_stats(s: PackSet, seq_len: int, parts: list[SetStats]) -> SetStats:
+    """The set's statistics from those of its placement windows (windows.py)."""
+    fields = ("documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split", "documents_dropped",
+              "tokens_dropped")
+    return SetStats(s.split, s.source, seq_len, *(sum(getattr(p, f) for p in parts) for f in fields))
+
+
 def verify_set(s: PackSet, packing: Packing) -> None:
     try:
         verify_packing(packing, s.lengths)

@@ -2,7 +2,8 @@
 every length of a set is known before anything is placed (the survey), then the token lists of the
 sets of a pass are read into token stores (token_store.py) -- in memory while the pass's tokens fit
 the cap (stage.in_memory_tokens), else a spill file per set -- and each run of 1024 samples is
-gathered from its store."""
+gathered from its store. A set of more than `max_pieces_in_memory` pieces is laid out and emitted
+window by window (windows.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from platform_assets.packing.emission import Emitter, SetStats, exclusion_rows, set_stats, verify_set
+from platform_assets.packing.emission import Emitter, SetStats, exclusion_rows, set_stats, summed_stats, verify_set
 from platform_assets.packing.provenance_sink import ProvenanceSink
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter
@@ -22,6 +23,7 @@ from platform_assets.packing.strategies import pack
 from platform_assets.packing.survey import PackSet, Survey, TokenizedInputError, describe, flatten
 from platform_assets.packing.token_batches import part_token_batches
 from platform_assets.packing.token_store import HeldTokens, SpilledTokens
+from platform_assets.packing.windows import placement_windows
 from platform_assets.parquet_parts import part_files
 from platform_assets.storage import Storage
 
@@ -107,28 +109,36 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
 def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSettings, header: ShardSetHeader,
                   writer: ShardSetWriter, provenance: ProvenanceSink, batch_rows: int, max_tokens: int,
                   spill_dir: Path) -> Packed:
-    """Every set packed by `settings.strategy`; a set of more than `max_tokens` tokens is spilled to
-    `spill_dir` (the caller's, removed by it)."""
+    """Every set packed by `settings.strategy`, at most `settings.max_pieces_in_memory` pieces at once
+    (windows.py); a set of more than `max_tokens` tokens is spilled to `spill_dir` (the caller's,
+    removed by it)."""
     stats, exclusions = [], []
+    strategy_window = settings.window if settings.strategy == "window" else None
     for members in plan_passes(survey.sets, max_tokens):
         held = _read_sets(storage, rel, survey, members, batch_rows, header.vocab_size, max_tokens, spill_dir)
         for i in members:
             s = survey.sets[i]
             h = held.pop(i)
-            packing = pack(s.lengths, settings.seq_len, settings.strategy, settings.overlong, settings.window,
-                           settings.max_open_sequences)
-            verify_set(s, packing)
             emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
                               partial(provenance.add, i))
+            parts = []
             try:
-                emitter.emit(packing.seq_ptr, h.starts[packing.piece_doc] + packing.piece_start, packing.piece_len,
-                             packing.piece_start, h.store, s.ids, s.chunks[packing.piece_doc], packing.piece_doc)
+                for d0, d1 in placement_windows(s.lengths, settings.seq_len, settings.overlong,
+                                                settings.max_pieces_in_memory, strategy_window):
+                    part = s.rows(d0, d1)
+                    packing = pack(part.lengths, settings.seq_len, settings.strategy, settings.overlong,
+                                   settings.window, settings.max_open_sequences)
+                    verify_set(part, packing)
+                    emitter.emit(packing.seq_ptr, h.starts[d0 + packing.piece_doc] + packing.piece_start,
+                                 packing.piece_len, packing.piece_start, h.store, part.ids,
+                                 part.chunks[packing.piece_doc], packing.piece_doc)
+                    d = packing.dropped
+                    exclusions.append(exclusion_rows(part, part.ids.take(pa.array(d)).to_pylist() if d.size else [],
+                                                     part.chunks[d].tolist(), part.lengths[d].tolist(),
+                                                     settings.seq_len))
+                    parts.append(set_stats(part, packing, int(part.loss_tokens.sum() - part.loss_tokens[d].sum())))
+                    del packing  # the next window's layout is made without this one's
             finally:
                 h.store.close()
-            d = packing.dropped
-            exclusions.append(exclusion_rows(s, s.ids.take(pa.array(d)).to_pylist() if d.size else [],
-                                              s.chunks[d].tolist(), s.lengths[d].tolist(), settings.seq_len))
-            stats.append(set_stats(s, packing, int(s.loss_tokens.sum() - s.loss_tokens[d].sum())))
+            stats.append(summed_stats(s, settings.seq_len, parts))
     return stats, exclusions
-
-

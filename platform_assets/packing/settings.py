@@ -21,7 +21,8 @@ class PackingSettings(StrictModel):
     """How pieces are assigned to samples (platform_assets/packing/strategies.py). Non-padding on the
     real corpus at 2048 (GPT-2 tokens; overlong split / filter): best_fit_decreasing 99.999% / 99.992%,
     streaming_best_fit 99.89% / 99.43%, window 99.95% / 99.38%, first_fit 99.79% / 98.68%, none
-    82.6% / 37.1%. Offline strategies hold one set's lengths in memory (8 bytes a document)."""
+    82.6% / 37.1%. Offline strategies hold one set's lengths in memory (8 bytes a document) and lay
+    out at most `max_pieces_in_memory` pieces at once."""
     overlong: Overlong = "split"
     """A document longer than seq_len: `split` into full seq_len samples plus a remainder packed like
     any document, or `filter` (dropped and listed in _exclusions)."""
@@ -50,6 +51,14 @@ class PackingSettings(StrictModel):
     bytes: 4 Mi tokens at 64 MiB), so the stage stays within the io budget whatever the input. A set
     larger than that is spilled to a file under `spill_dir` and each run of 1024 samples reads its
     pieces back (token_store.py): the same layout, the same bytes."""
+    max_pieces_in_memory: Annotated[int, Field(ge=1)] = 65_536
+    """Offline strategies: pieces placed at once. A set of more is packed in consecutive windows of
+    whole documents of at most this many pieces, each window on its own with its samples closed at
+    its end (packing/windows.py), so the layout's memory (~200-300 bytes a piece while it is made and
+    checked: ~20 MB here) does not grow with the set. 65,536 holds every set of the real corpus (its
+    largest, train/text, has 29,465 pieces at 2048); a larger set loses a few partly filled samples per
+    window under best_fit_decreasing (the whole corpus x16 packed in windows: see benchmarks/RESULTS.md).
+    The `window` and `none` layouts do not depend on it."""
     spill_dir: str | None = Field(default=None, exclude=True)
     """Offline strategies: where a set larger than the in-memory cap is spilled (default: the system's
     temp directory); removed when the stage ends. Not part of index.json's `packing` (where the

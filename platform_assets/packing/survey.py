@@ -42,6 +42,12 @@ class PackSet:
     def tokens(self) -> int:
         return int(self.lengths.sum())
 
+    def rows(self, d0: int, d1: int) -> PackSet:
+        """Documents d0..d1-1 of the set (views, not copies): a placement window (windows.py)."""
+        return PackSet(self.split, self.source, self.lengths[d0:d1], self.loss_tokens[d0:d1],
+                       self.ids.slice(d0, d1 - d0) if self.ids is not None else None,
+                       self.chunks[d0:d1] if self.chunks is not None else None)
+
 
 @dataclass
 class Survey:

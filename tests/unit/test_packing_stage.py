@@ -26,6 +26,7 @@ from platform_assets.packing.stage import (
     pack_outputs,
 )
 from platform_assets.packing.strategies import Packing, pack
+from platform_assets.packing.windows import placement_windows
 from platform_assets.schema import QUARANTINE_SCHEMA
 from platform_assets.storage import Storage
 
@@ -382,3 +383,64 @@ def test_parts_per_set_layout_packs_the_same_and_each_pass_reads_its_own_parts(t
     token_reads = sorted(rel for rel, columns in reads if "input_ids" in columns)
     assert token_reads == sorted(f"{IN_REL}/{s}/{src}/part-00000.parquet" for s, src in
                                  {(r["split"], r["source"]) for r in rows})
+
+
+def _flat_samples(root: Path) -> list[tuple[str, list[int]]]:
+    return [(shard["name"], samples.tokens[j].tolist()) for _, shard, samples in
+            read_shard_set(str(root / OUT_REL / "flat")) for j in range(len(samples.tokens))]
+
+
+@pytest.mark.parametrize("strategy", ["window", "none"])
+def test_cap_free_layouts_do_not_depend_on_the_piece_cap(tmp_path, strategy):
+    """`window` and `none` place the same pieces in the same samples however many pieces a placement
+    window may hold (windows.py: a strategy window is never cut)."""
+    rows = _documents(seed=4)
+    a, _, whole = _run(tmp_path, rows, "a", strategy=strategy, window=5)
+    b, _, windowed = _run(tmp_path, rows, "b", strategy=strategy, window=5, max_pieces_in_memory=3)
+    assert _flat_samples(a) == _flat_samples(b) != []
+    assert pq.read_table(a / OUT_REL / PROVENANCE_FILE).equals(pq.read_table(b / OUT_REL / PROVENANCE_FILE))
+    assert [s.as_dict() for s in whole.sets] == [s.as_dict() for s in windowed.sets]
+
+
+@pytest.mark.parametrize("overlong", ["split", "filter"])
+def test_a_set_over_the_piece_cap_is_packed_window_by_window(tmp_path, monkeypatch, overlong):
+    """best_fit_decreasing with max_pieces_in_memory=12: pack() never lays out more than 12 pieces (or
+    one document's), each window is packed on its own and its samples follow the previous window's, and
+    every token still lands once (also through the runs of 3 samples the emitter writes)."""
+    monkeypatch.setattr(emission, "ROWS_PER_ROW_GROUP", 3)
+    laid_out: list[tuple[int, int]] = []
+
+    def counting(lengths, *args, **kw):
+        packing = pack(lengths, *args, **kw)
+        laid_out.append((len(lengths), packing.piece_len.size))
+        return packing
+
+    monkeypatch.setattr(offline_pass, "pack", counting)
+    rows = _documents(seed=3)
+    root, _, result = _run(tmp_path, rows, overlong=overlong, max_pieces_in_memory=12)
+    assert max(p for d, p in laid_out if d > 1) <= 12 and len(laid_out) > len(result.sets)
+    train_web = [r for r in rows if (r["split"], r["source"]) == ("train", "web")]
+    lengths = np.array([r["num_tokens"] for r in train_web])
+    want, sequences = [], 0
+    for d0, d1 in placement_windows(lengths, SEQ_LEN, overlong, 12):
+        packing = pack(lengths[d0:d1], SEQ_LEN, overlong=overlong)
+        seq = np.repeat(np.arange(packing.n_sequences), np.diff(packing.seq_ptr))
+        want += [(int(sequences + j), train_web[d0 + d]["id"], train_web[d0 + d]["chunk"], int(s), int(n))
+                 for j, d, s, n in zip(seq, packing.piece_doc, packing.piece_start, packing.piece_len, strict=True)]
+        sequences += packing.n_sequences
+    provenance = pq.read_table(root / OUT_REL / PROVENANCE_FILE).to_pylist()
+    got = [(8 * r["shard"] + r["sample"], r["document_id"], r["chunk"], r["token_start"], r["tokens"])
+           for r in provenance if (r["split"], r["source"]) == ("train", "web")]
+    assert got == want and len(placement_windows(lengths, SEQ_LEN, overlong, 12)) > 1
+    stats = {(s.split, s.source): s for s in result.sets}
+    assert stats[("train", "web")].sequences == sequences
+    assert stats[("train", "web")].documents == len(train_web)
+    rebuilt = _reassemble(root / OUT_REL / "flat", provenance)
+    for r in rows:
+        if overlong == "filter" and r["num_tokens"] > SEQ_LEN:
+            assert (r["id"], r["chunk"]) not in rebuilt
+        else:
+            assert rebuilt[(r["id"], r["chunk"])][0] == r["input_ids"]
+    dropped = pq.read_table(root / OUT_REL / EXCLUSIONS_FILE)
+    assert dropped.num_rows == result.totals.documents_dropped == (
+        sum(r["num_tokens"] > SEQ_LEN for r in rows) if overlong == "filter" else 0)
