@@ -217,10 +217,10 @@ class ShardGroupWriter:
 
     def _close_shard(self) -> None:
         name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
-        # the shard's distinct ids, a new array: the runs' ids are slices that keep their whole runs'
-        # buffers, and a segment's id each (~36 B a piece plus those buffers) grew packed_shards' peak
-        # with the set (the whole corpus x4: +50 MB over the stage); distinct ids per shard are ~1 per
-        # document (a document's pieces share shards), and the set's count is exact from them
+        # the shard's distinct ids, a new array: keeping every segment's id (~36 B a piece, as slices
+        # that also kept their runs' whole buffers) grew with the set's pieces; distinct ids per shard
+        # are ~1 per document (a document's pieces mostly share a shard), and the set's count is
+        # exact from them
         distinct = pc.unique(pa.chunked_array(self._shard_runs_docs, pa.string()))
         self._closed_shards.append({"name": name, **self._shard_counts.as_dict(), "documents": len(distinct)})
         self.documents.append(distinct)

@@ -4,12 +4,12 @@ Offline strategies need every piece of what they place before placing any, and t
 ~200-300 bytes a piece while it is made and checked (pack(): the pieces' int64 arrays, the sort, the
 placement lists; verify_packing's sort and masks; tracemalloc on the GPT-2 lengths of the whole
 corpus x4 copied 4 times, 321,684 documents in 883,416 pieces: pack 75 MB, the check 79 MB). Over a
-whole set that is memory in proportion to the corpus (packed_shards' peak tree RSS 355 MB at 1x of the
-real corpus, 521 MB at 16x). A set of more pieces than the cap is therefore packed in consecutive
-windows of whole documents, each window by the strategy on its own with its samples closed at its
-end, as the `window` strategy does with a fixed number of documents; the layout is then bounded by
-the cap, not the set (~20 MB at the default 65,536 pieces). A set within the cap is one window: the
-layout of a global pass, byte for byte.
+whole set that is memory in proportion to the corpus (packed_shards' peak tree RSS 355 MB at 1x of
+the real corpus, 463 MB at 16x; 436 MB with these windows). A set of more pieces than the cap is
+therefore packed in consecutive windows of whole documents, each window by the strategy on its own
+with its samples closed at its end, as the `window` strategy does with a fixed number of documents;
+the layout is then bounded by the cap, not the set (~20 MB at the default 65,536 pieces). A set
+within the cap is one window: the layout of a global pass, byte for byte.
 
 Windows hold whole documents (a document's pieces are never in two windows); a document of more
 pieces than the cap is a window by itself. The `window` strategy's own windows are never cut: a
@@ -25,10 +25,7 @@ import numpy as np
 
 from platform_assets.packing.pieces import check_overlong, check_positive_int
 
-__all__ = ["CAP_FREE_STRATEGIES", "piece_counts", "placement_windows"]
-
-# strategies whose layout is the same whatever the windows (see the module doc)
-CAP_FREE_STRATEGIES = ("window", "none")
+__all__ = ["piece_counts", "placement_windows"]
 
 
 def piece_counts(lengths: np.ndarray, seq_len: int, overlong: str) -> np.ndarray:
