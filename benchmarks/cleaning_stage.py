@@ -236,9 +236,12 @@ def _comparable_exclusions(excl: Any) -> Any:
     """The language step's exclusion values under the baseline's labels ("ff:0.027 < 0.5" -> "fuv:0.027 < 0.5")."""
     import pyarrow as pa
 
-    values = [v if v is None or not r.startswith("language.") or ":" not in v
-              else RELABELLED.get(v.split(":", 1)[0], v.split(":", 1)[0]) + ":" + v.split(":", 1)[1]
-              for r, v in zip(excl.column("rule").to_pylist(), excl.column("value").to_pylist(), strict=True)]
+    values = []
+    for rule, value in zip(excl.column("rule").to_pylist(), excl.column("value").to_pylist(), strict=True):
+        if value is not None and rule.startswith("language.") and ":" in value:
+            tag, _, rest = value.partition(":")
+            value = f"{RELABELLED.get(tag, tag)}:{rest}"
+        values.append(value)
     return excl.set_column(excl.column_names.index("value"), "value", pa.array(values, excl.schema.field("value").type))
 
 

@@ -114,11 +114,14 @@ def set_stats(s: PackSet, packing: Packing, loss_tokens: int) -> SetStats:
         int(s.lengths[packing.dropped].sum()))
 
 
-def summed_stats(s: PackSet, seq_len: int, parts: list[SetStats]) -> SetStats:
-    """The set's statistics from those of its placement windows (windows.py)."""
-    fields = ("documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split", "documents_dropped",
-              "tokens_dropped")
-    return SetStats(s.split, s.source, seq_len, *(sum(getattr(p, f) for p in parts) for f in fields))
+_COUNTS = ("documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split", "documents_dropped",
+           "tokens_dropped")  # SetStats' fields after seq_len: what adds up over windows and sets
+
+
+def summed_stats(split: str, source: str, seq_len: int, parts: list[SetStats]) -> SetStats:
+    """The counts of `parts` added up: a set's from its placement windows (windows.py), the stage's
+    totals from its sets."""
+    return SetStats(split, source, seq_len, *(sum(getattr(p, f) for p in parts) for f in _COUNTS))
 
 
 def verify_set(s: PackSet, packing: Packing) -> None:

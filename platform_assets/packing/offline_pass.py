@@ -140,5 +140,5 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
                     del packing  # the next window's layout is made without this one's
             finally:
                 h.store.close()
-            stats.append(summed_stats(s, settings.seq_len, parts))
+            stats.append(summed_stats(s.split, s.source, settings.seq_len, parts))
     return stats, exclusions

@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
-from platform_assets.packing.emission import EXCLUSIONS_SCHEMA, OVERLONG_RULE, SetStats
+from platform_assets.packing.emission import EXCLUSIONS_SCHEMA, OVERLONG_RULE, SetStats, summed_stats
 from platform_assets.packing.offline_pass import pack_offline
 from platform_assets.packing.provenance_sink import ProvenanceSink
 from platform_assets.packing.samples import token_dtype
@@ -73,11 +73,7 @@ class PackStageResult(StageResult):
 
     @property
     def totals(self) -> SetStats:
-        s = self.sets
-        seq_len = s[0].seq_len if s else 0
-        return SetStats("*", "*", seq_len, *(sum(getattr(x, f) for x in s) for f in (
-            "documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split",
-            "documents_dropped", "tokens_dropped")))
+        return summed_stats("*", "*", self.sets[0].seq_len if self.sets else 0, list(self.sets))
 
     @property
     def metadata(self) -> dict[str, Any]:
