@@ -137,6 +137,10 @@ class PartWriter:
         else:
             self._pending = self._pool.submit(write, batch)
 
+    def wait(self) -> None:
+        """Until the write in flight (write-behind) is done; its error is raised here."""
+        self._wait()
+
     def _wait(self) -> None:
         if self._pending is not None:
             self._pending.result()  # re-raises a write error in the caller's thread

@@ -1,4 +1,6 @@
-"""Encode a record batch of documents into a record batch of token rows.
+"""Encode a record batch of documents into record batches of token rows: one per slice of the input
+(`encode_parts`, what the stage writes, so the batch's rows are never all built at once), or the
+slices joined (`encode`).
 
 Input columns: `id`, `source`, `split`, `text`, `meta` (others ignored). Output (TOKENIZED schema):
 `id`, `source`, `split`, `chunk` (int32), `input_ids` (list<int32>), `loss_mask` (list<uint8>,
@@ -29,6 +31,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import Counter, deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +65,7 @@ TOKENIZED_FIELDS = [
 ]
 _INT32_MAX = 2**31 - 1
 PIPELINE_DEPTH = 2
-"""Slices in the tokenizer at once (measured below, in `encode`); each holds ~100 bytes of Encoding
+"""Slices in the tokenizer at once (measured below, in `encode_parts`); each holds ~100 bytes of Encoding
 objects per token, ~40 MB at the default 1 MiB of 0.4 tokens per byte
 (settings.TokenizeSettings.encode_slice_bytes)."""
 _VALUE_MAX_CHARS = 200  # as cleaning's exclusions: for humans and GROUP BY
@@ -148,6 +151,19 @@ def _flat_ids(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.nd
     return lengths, ids
 
 
+def _one_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(batch, pa.RecordBatch):
+        return batch
+    return batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist(
+        [], schema=batch.schema)
+
+
+def _joined(table: pa.Table) -> pa.RecordBatch:
+    """A table's rows as one record batch (an empty one for no rows)."""
+    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist(
+        [], schema=table.schema)
+
+
 def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -169,15 +185,29 @@ class DocumentEncoder:
 
     # -- the batch ---------------------------------------------------------------------------------
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
-        if isinstance(batch, pa.Table):
-            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist(
-                [], schema=batch.schema)
+        """The whole batch as one EncodedBatch: `encode_parts`' slices joined (their counts added)."""
+        batch = _one_batch(batch)
+        parts = list(self.encode_parts(batch))
+        stats = EncodeStats()
+        for part in parts:
+            stats.merge(part.stats)
+        rows = pa.Table.from_batches([part.batch for part in parts], schema=self.schema)
+        exclusions = pa.Table.from_batches([part.exclusions for part in parts], schema=EXCLUSIONS_SCHEMA)
+        return EncodedBatch(_joined(rows), _joined(exclusions), stats)
+
+    def encode_parts(self, batch: pa.RecordBatch | pa.Table) -> Iterator[EncodedBatch]:
+        """The batch's token rows, exclusions and counts one slice at a time (`encode_slice_bytes` of
+        text, at least one document), in row order; every document, dropped or not, is in exactly one
+        slice. A caller that writes each part before taking the next holds one slice's rows, not the
+        batch's: the whole batch's rows were built, joined and written at once (~4 bytes a token twice,
+        more for token-dense text), so the stage's peak followed the costliest batch it met (16x of the
+        corpus, 55 batches of 64 MiB: 1,143 MB against 1,011 at 1x's 3)."""
+        batch = _one_batch(batch)
         for name in ("id", "source", "split", "text"):
             if name not in batch.schema.names:
                 raise ValueError(f"tokenize: input batch has no {name!r} column (columns: {batch.schema.names}); "
                                  "it reads the dataset_splits output")
         n = batch.num_rows
-        stats = EncodeStats(documents=n)
         text = _plain(batch.column("text"))
         meta = _plain(batch.column("meta")) if "meta" in batch.schema.names else None
         sizes = pc.binary_length(text).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -217,20 +247,24 @@ class DocumentEncoder:
             kind[row] = -1
 
         # Slices are encoded PIPELINE_DEPTH at a time in worker threads (tokenizers releases the GIL
-        # while it encodes) and assembled here in slice order, so the output does not depend on
+        # while it encodes) and finished here in slice order, so the output does not depend on
         # timing. One slice at a time left cores idle while a slice's longest document finished:
         # on the benchmark's 47.9 MB, 1.66 of 2 cores busy and 13.96 s; two at a time 1.82 and
-        # 12.25 s (+95 MB peak); three 1.85 and 12.07 s (+145 MB).
-        slices: list[_Slice] = []
-        in_flight: deque[Future[_Tokens]] = deque()
-        for a, b in self._slice_bounds(encoded_sizes):
-            if len(in_flight) == PIPELINE_DEPTH:
-                slices.append(self._assemble_slice(in_flight.popleft().result(), kind, chat_bos))
-            in_flight.append(self._pool.submit(self._tokenize_slice, text, kind, chats, a, b))
+        # 12.25 s (+95 MB peak); three 1.85 and 12.07 s (+145 MB). The next slice is submitted
+        # before this one is finished and handed out, so the tokenizer also works while the caller
+        # writes (a worker's result is its ids, ~4 bytes a token: its Encoding objects died in it).
+        bounds = iter(self._slice_bounds(encoded_sizes))
+        in_flight: deque[Future[_Tokens]] = deque(
+            self._pool.submit(self._tokenize_slice, text, kind, chats, a, b)
+            for a, b in itertools.islice(bounds, PIPELINE_DEPTH))
         while in_flight:
-            slices.append(self._assemble_slice(in_flight.popleft().result(), kind, chat_bos))
+            tokens = in_flight.popleft().result()
+            following = next(bounds, None)
+            if following is not None:
+                in_flight.append(self._pool.submit(self._tokenize_slice, text, kind, chats, *following))
+            yield self._finish(batch, tokens.a, tokens.b, self._assemble_slice(tokens, kind, chat_bos), kind,
+                               {r: d for r, d in drops.items() if tokens.a <= r < tokens.b}, sizes)
         release_freed_heap()  # the slices' Encoding objects are gone; their pages need not stay ours
-        return self._finish(batch, slices, kind, drops, sizes, stats)
 
     def _slice_bounds(self, sizes: np.ndarray) -> list[tuple[int, int]]:
         """Consecutive row ranges of at most encode_slice_bytes each (at least one row)."""
@@ -294,32 +328,29 @@ class DocumentEncoder:
             return _Slice(seq.values, seq.mask, ch.offsets, rows[ch.row], ch.index, np.diff(ch.offsets))
         return _Slice(seq.values, seq.mask, seq.offsets, rows, np.zeros(len(rows), np.int32), seq.full_lengths)
 
-    # -- the whole batch: drops, counts, Arrow ------------------------------------------------------
-    def _finish(self, batch: pa.RecordBatch, slices: list[_Slice], kind: np.ndarray,
-                drops: dict[int, tuple[str, str]], sizes: np.ndarray, stats: EncodeStats) -> EncodedBatch:
+    # -- one slice's rows: drops, counts, Arrow ----------------------------------------------------
+    def _finish(self, batch: pa.RecordBatch, a: int, b: int, sl: _Slice, kind: np.ndarray,
+                drops: dict[int, tuple[str, str]], sizes: np.ndarray) -> EncodedBatch:
+        """Rows a..b of the batch (`sl`, and `drops` keyed by batch row) as token rows and exclusions."""
         s = self.settings
-        values = (slices[0].values if len(slices) == 1 else  # one slice (most batches): no copy
-                  np.concatenate([sl.values for sl in slices]) if slices else np.zeros(0, np.int32))
-        lengths = np.concatenate([np.diff(sl.offsets) for sl in slices]) if slices else np.zeros(0, np.int64)
-        rows = np.concatenate([sl.rows for sl in slices]) if slices else np.zeros(0, np.int64)
-        chunk_ix = np.concatenate([sl.chunk for sl in slices]) if slices else np.zeros(0, np.int32)
+        stats = EncodeStats(documents=b - a)
+        kind, sizes = kind[a:b], sizes[a:b]
+        drops = {r - a: d for r, d in drops.items()}
+        values, mask = sl.values, sl.mask
+        lengths, rows, chunk_ix = np.diff(sl.offsets), sl.rows - a, sl.chunk
         offsets = exclusive_cumsum(lengths)
         if offsets[-1] > _INT32_MAX:
-            raise ValueError(f"tokenize: {int(offsets[-1]):,} tokens in one batch overflow a list<int32> column; "
-                             "lower io.batch_rows")
+            raise ValueError(f"tokenize: {int(offsets[-1]):,} tokens in one slice overflow a list<int32> column; "
+                             "lower tokenize.encode_slice_bytes")
         is_chat = kind[rows] == 1
-        mask = None
         loss = lengths.copy()
-        if is_chat.any():
-            mask = np.concatenate([sl.mask if sl.mask is not None else np.ones(len(sl.values), np.uint8)
-                                   for sl in slices])
+        if is_chat.any():  # a slice with a chat document has its mask (ones on plain rows' tokens)
             loss[is_chat] = segment_sums(mask, offsets)[is_chat]
 
         # per document: tokens in its rows, and its full length before any limit
         doc_tokens = np.bincount(rows, weights=lengths, minlength=len(kind)).astype(np.int64)
         if s.max_length is not None:
-            uncut = np.concatenate([sl.uncut for sl in slices]) if slices else np.zeros(0, np.int64)
-            full = np.bincount(rows, weights=uncut, minlength=len(kind)).astype(np.int64)
+            full = np.bincount(rows, weights=sl.uncut, minlength=len(kind)).astype(np.int64)
             over = full > s.max_length
             stats.overlong_documents = int(over.sum())
             if s.overlong == "truncate":
@@ -351,8 +382,9 @@ class DocumentEncoder:
         stats.tokens = int(lengths.sum())
         stats.loss_tokens = int(loss.sum())
         stats.chat_documents = int(np.unique(rows[is_chat]).size)
-        out = self._arrow(batch, values, mask, offsets, lengths, rows, chunk_ix, loss, is_chat)
-        exclusions = self._exclusions(batch, drops, sizes, stats)
+        rows_of = batch.slice(a, b - a)
+        out = self._arrow(rows_of, values, mask, offsets, lengths, rows, chunk_ix, loss, is_chat)
+        exclusions = self._exclusions(rows_of, drops, sizes, stats)
         return EncodedBatch(out, exclusions, stats)
 
     def _arrow(self, batch: pa.RecordBatch, values: np.ndarray, mask: np.ndarray | None, offsets: np.ndarray,

@@ -89,6 +89,11 @@ class SetWriters:
         pending = self.pending.pop(key, None)
         if pending is None:
             return
+        # One row group in memory across the sets: each set's writer encodes its row group behind the
+        # caller, and two sets flushing close together held both, plus the one being read back (the
+        # stage's peak then depended on when the sets of the input happened to fill up)
+        for writer in self.writers.values():
+            writer.wait()
         table = pending.take()
         if key not in self.writers:
             split, source = key

@@ -299,13 +299,15 @@ def tokenize_outputs(
             batch = text_documents(batch)
             if not batch.num_rows:
                 continue
-            encoded = encoder.encode(batch)
-            del batch  # the input's text is not needed while the rows are written (a whole io batch of it)
-            stats.merge(encoded.stats)
-            if encoded.exclusions.num_rows:
-                excluded.append(encoded.exclusions)
-            _write_sets(encoded.batch, per_set, writers, lance_sets)
-            del encoded  # this batch's token rows are in the writers now: not kept while the next one is read
+            # a slice's rows at a time (encode.DocumentEncoder.encode_parts): each is in the writers
+            # before the next is made, so the batch's token rows are never all in memory
+            for encoded in encoder.encode_parts(batch):
+                stats.merge(encoded.stats)
+                if encoded.exclusions.num_rows:
+                    excluded.append(encoded.exclusions)
+                _write_sets(encoded.batch, per_set, writers, lance_sets)
+                del encoded
+            del batch
         writers.flush()
         lance_dirs = lance_sets.close() if lance_sets is not None else []
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)

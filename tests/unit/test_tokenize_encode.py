@@ -246,6 +246,42 @@ def test_batch_encoding_equals_per_document_encoding(gpt2: TokenizerArtifact):
             assert row["loss_mask"] is None
 
 
+
+def test_parts_are_the_slices_in_row_order_and_join_to_the_batch(gpt2: TokenizerArtifact):
+    """encode_parts hands out one slice at a time (what the stage writes before it makes the next): the
+    parts cover the batch's rows once, in order, each within encode_slice_bytes of text unless it is a
+    single document, and joined they are encode's batch, exclusions and counts."""
+    rng = np.random.default_rng(11)
+    texts = ["".join(rng.choice(list("abc de\nfg"), size=int(rng.integers(1, 300)))) for _ in range(200)]
+    texts[5], texts[9] = "", "x" * 1200  # an empty document (excluded) and one larger than a slice
+    metas = [chat(("user", "q"), ("assistant", t or "a")) if i % 9 == 0 else None for i, t in enumerate(texts)]
+    metas[18] = {"messages": 3}  # malformed: excluded before any slice is cut
+    docs = batch(texts, metas)
+    encoder = DocumentEncoder(gpt2, TokenizeSettings(encode_slice_bytes=500, max_length=64, overlong="chunk"))
+    parts = list(encoder.encode_parts(docs))
+    whole = encoder.encode(docs)
+
+    assert len(parts) > 10
+    ranges = []
+    for part in parts:
+        ids = part.batch.column("id").to_pylist() + part.exclusions.column("id").to_pylist()
+        rows = sorted({int(i[1:]) for i in ids})
+        assert rows == list(range(rows[0], rows[-1] + 1))  # contiguous rows of the batch
+        assert part.stats.documents == len(rows)
+        ranges.append((rows[0], rows[-1] + 1))
+        plain = [len(texts[r].encode()) for r in rows if metas[r] is None]
+        assert len(rows) == 1 or len(plain) < len(rows) or sum(plain) <= 500
+    assert [a for a, _ in ranges] == [0] + [b for _, b in ranges[:-1]] and ranges[-1][1] == len(texts)
+    assert ranges[[a for a, _ in ranges].index(9)] == (9, 10)  # the large document is a slice by itself
+
+    assert pa.Table.from_batches([p.batch for p in parts]).equals(pa.Table.from_batches([whole.batch]))
+    assert pa.Table.from_batches([p.exclusions for p in parts]).equals(pa.Table.from_batches([whole.exclusions]))
+    assert {e["id"] for e in whole.exclusions.to_pylist()} >= {"d5", "d18"}
+    assert whole.stats.documents == len(texts) and whole.stats.chunked_documents > 0
+    assert sum(p.stats.tokens for p in parts) == whole.stats.tokens == sum(whole.batch.column("num_tokens").to_pylist())
+    assert sum(p.stats.chat_documents for p in parts) == whole.stats.chat_documents > 0
+    assert list(encoder.encode_parts(batch([]))) == [] and encoder.encode(batch([])).batch.num_rows == 0
+
 # -- sequences ---------------------------------------------------------------------------------------
 def test_assemble_places_bodies_between_bos_and_eos_and_cuts():
     src = np.array([10, 11, 12, 20, 21, 30], np.int32)

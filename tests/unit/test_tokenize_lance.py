@@ -122,15 +122,15 @@ def test_the_stage_failing_mid_way_leaves_no_writer_thread(storage: Storage, spl
                                                             monkeypatch):
     from platform_assets.tokenize import stage
 
-    encode, calls = stage.DocumentEncoder.encode, []
+    encode_parts, calls = stage.DocumentEncoder.encode_parts, []
 
     def failing(self, batch):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("encoding failed")
-        return encode(self, batch)
+        return encode_parts(self, batch)
 
-    monkeypatch.setattr(stage.DocumentEncoder, "encode", failing)
+    monkeypatch.setattr(stage.DocumentEncoder, "encode_parts", failing)
     with pytest.raises(RuntimeError, match="encoding failed"):
         tokenize_outputs(storage, SPLITS, tokenizer_rel, "failed_stage/_all", TokenizeSettings(lance=True),
                          io=IOSettings(batch_rows=40, part_max_bytes=4000))
