@@ -306,8 +306,8 @@ def tokenize_outputs(
                 if encoded.exclusions.num_rows:
                     excluded.append(encoded.exclusions)
                 _write_sets(encoded.batch, per_set, writers, lance_sets)
-                del encoded
-            del batch
+                del encoded  # not kept while the next slice is finished
+            del batch  # nor the input's text while the next batch is read
         writers.flush()
         lance_dirs = lance_sets.close() if lance_sets is not None else []
         exclusions = pa.Table.from_batches(excluded, schema=EXCLUSIONS_SCHEMA)
