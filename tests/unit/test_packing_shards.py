@@ -12,6 +12,7 @@ import datasets
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import webdataset
@@ -26,7 +27,7 @@ from platform_assets.packing.shard_index import (
     read_shard_set,
     verify_shards,
 )
-from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter, gather_samples
+from platform_assets.packing.shard_writers import ShardSetHeader, ShardSetWriter, document_digests, gather_samples
 from platform_assets.storage import Storage
 
 SEQ_LEN = 32
@@ -461,3 +462,20 @@ def test_bad_samples_and_names_are_refused(tmp_path):
         with storage.staged_dir("x") as staged:
             ShardSetWriter(staged, ["tfrecord"], _header(True), 4)
     assert not (tmp_path / "x").exists()  # a failed write commits nothing
+
+
+def test_a_sets_documents_are_counted_across_shards_on_digests(tmp_path):
+    """A document whose pieces are in several shards is one of the set's documents; the set keeps a
+    16-byte digest per shard's distinct id, and equal ids, only they, have equal digests."""
+    run, docs = _samples(np.random.default_rng(5), 12, False)
+    docs = [f"doc-{i % 4}" for i in range(len(docs))]  # every document in every shard
+    _write(tmp_path, {("train", "web"): [(run, docs)]}, False, samples_per_shard=3, formats=["flat"])
+    train = load_index(str(tmp_path / "packed" / "flat"))["sets"][0]
+    assert [s["documents"] for s in train["shards"]] == [4, 4, 4, 4] and train["documents"] == 4
+
+    ids = pa.array([f"{i:032x}" for i in range(5000)] + ["x", "é", "", "x"])
+    digests = document_digests(ids)
+    assert digests.dtype.itemsize == 16 and len(digests) == len(ids)
+    assert np.unique(digests).size == pc.count_distinct(ids).as_py() == 5003
+    assert digests[-1] == digests[-4] and digests[-2] != digests[-3]
+    assert np.array_equal(document_digests(ids.slice(10, 5)), digests[10:15])
