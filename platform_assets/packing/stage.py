@@ -158,17 +158,18 @@ def pack_outputs(
     if missing:
         raise TokenizedInputError(f"{tokenized_rel} lacks columns {missing} (has {schema.names})")
     streaming = settings.strategy == STREAMING_STRATEGY
-    batch_rows = io.batch_rows
-    surveyed = survey(storage, tokenized_rel, batch_rows, keep_ids=not streaming)
-    if surveyed.has_loss_mask and "loss_mask" not in schema.names:
-        raise TokenizedInputError(f"{tokenized_rel}: loss_tokens < num_tokens for some rows but there is no loss_mask")
-    header = _header(settings, tokenizer_info, surveyed.has_loss_mask)
-    tokens_in = sum(s.tokens for s in surveyed.sets)
-    loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
     batch_rows = io.batch_rows  # at most; the token passes' batches are bounded by tokens (token_batches.py)
-    spill_dir = SpillDir(settings.spill_dir)  # spilled sets' tokens; the provenance rows until written
-    provenance = ProvenanceSink(spill_dir.path, len(surveyed.sets))
+    spill_dir = SpillDir(settings.spill_dir)  # the sets' ids, spilled sets' tokens, provenance rows until written
+    provenance = None
     try:
+        surveyed = survey(storage, tokenized_rel, batch_rows, ids_dir=None if streaming else spill_dir.path)
+        if surveyed.has_loss_mask and "loss_mask" not in schema.names:
+            raise TokenizedInputError(f"{tokenized_rel}: loss_tokens < num_tokens for some rows but there is no "
+                                      "loss_mask")
+        header = _header(settings, tokenizer_info, surveyed.has_loss_mask)
+        tokens_in = sum(s.tokens for s in surveyed.sets)
+        loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
+        provenance = ProvenanceSink(spill_dir.path, len(surveyed.sets))
         with storage.staged_dir(out_rel) as staged:
             writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
             try:
@@ -191,7 +192,8 @@ def pack_outputs(
             for name, data in sorted((extra_files or {}).items()):
                 staged.write_bytes(name, data)
     finally:
-        provenance.close()
+        if provenance is not None:
+            provenance.close()
         spill_dir.close()
     totals = sum(s.sequences for s in stats)
     return PackStageResult(rel=out_rel, files=staged.manifest, rows=totals, exclusions=EXCLUSIONS_FILE,

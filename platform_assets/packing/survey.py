@@ -1,5 +1,6 @@
 """The survey pass of packing: one read of tokenized_documents' small columns gives the (split, source)
-sets, each row's set and each document's length (and ids, for offline strategies); and the checked
+sets, each row's set and each document's length (and, for offline strategies, the ids, spilled per
+set to a file: id_store.py, and chunks); and the checked
 flattening of token lists into arrays that both packing passes use. Input that breaks the
 tokenized_documents contract raises TokenizedInputError naming the document."""
 
@@ -7,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from platform_assets.packing.id_store import SpilledIds
 from platform_assets.parquet_parts import output_rows, read_batches
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
@@ -31,8 +34,9 @@ class PackSet:
     source: str
     lengths: np.ndarray  # int64 num_tokens per document (input row) of the set, in input order
     loss_tokens: np.ndarray  # int64
-    ids: pa.Array | None = None  # offline strategies only: one array per set
-    chunks: np.ndarray | None = None
+    chunks: np.ndarray | None = None  # offline strategies only, as the ids
+    id_store: SpilledIds | None = None  # the set's ids on disk (the survey's sets)
+    ids: pa.Array | None = None  # the rows' ids in memory (a placement window's: `rows`)
 
     @property
     def name(self) -> str:
@@ -43,10 +47,12 @@ class PackSet:
         return int(self.lengths.sum())
 
     def rows(self, d0: int, d1: int) -> PackSet:
-        """Documents d0..d1-1 of the set (views, not copies): a placement window (windows.py)."""
+        """Documents d0..d1-1 of the set (views, not copies; their ids read from the set's id store):
+        a placement window (windows.py)."""
+        ids = (self.id_store.range(d0, d1) if self.id_store is not None else
+               self.ids.slice(d0, d1 - d0) if self.ids is not None else None)
         return PackSet(self.split, self.source, self.lengths[d0:d1], self.loss_tokens[d0:d1],
-                       self.ids.slice(d0, d1 - d0) if self.ids is not None else None,
-                       self.chunks[d0:d1] if self.chunks is not None else None)
+                       self.chunks[d0:d1] if self.chunks is not None else None, ids=ids)
 
 
 @dataclass
@@ -63,34 +69,47 @@ def _no_nulls(batch: pa.RecordBatch, columns: list[str], rows_before: int) -> No
             raise TokenizedInputError(f"tokenized_documents row {rows_before + _first_null(col)}: {c} is null")
 
 
-def survey(storage: Storage, rel: str, batch_rows: int, keep_ids: bool) -> Survey:
-    """One pass over the small columns: the sets, each row's set, lengths (and ids for offline packing)."""
+def survey(storage: Storage, rel: str, batch_rows: int, ids_dir: Path | None) -> Survey:
+    """One pass over the small columns: the sets, each row's set, lengths; with `ids_dir` (offline
+    packing) each set's ids in a file there and its chunks. The caller removes `ids_dir`."""
+    keep_ids = ids_dir is not None
     columns = ["split", "source", "num_tokens", "loss_tokens"] + (["id", "chunk"] if keep_ids else [])
     keys: dict[tuple[str, str], int] = {}
-    row_sets, lengths, loss, ids, chunks = [], [], [], [], []
+    stores: list[SpilledIds] = []  # by the order sets are met
+    row_sets, lengths, loss, chunks = [], [], [], []
     rows = 0
-    for batch in tracked_batches(read_batches(storage, rel, columns, batch_rows), "survey", output_rows(storage, rel),
-                                 "rows"):
-        _no_nulls(batch, columns, rows)
-        split, source = batch.column("split").cast(pa.string()), batch.column("source").cast(pa.string())
-        encoded = pc.dictionary_encode(pc.binary_join_element_wise(split, source, "\x00"))
-        local = np.empty(len(encoded.dictionary), np.int32)
-        for i, key in enumerate(encoded.dictionary.to_pylist()):
-            local[i] = keys.setdefault(tuple(key.split("\x00")), len(keys))
-        row_sets.append(local[encoded.indices.to_numpy()])
-        n_tok = batch.column("num_tokens").to_numpy().astype(np.int64)
-        n_loss = batch.column("loss_tokens").to_numpy().astype(np.int64)
-        bad = np.flatnonzero((n_tok < 1) | (n_loss < 0) | (n_loss > n_tok))
-        if bad.size:
-            i = int(bad[0])
-            raise TokenizedInputError(f"tokenized_documents row {rows + i}: num_tokens {n_tok[i]}, loss_tokens "
-                                      f"{n_loss[i]} (need num_tokens >= 1, 0 <= loss_tokens <= num_tokens)")
-        lengths.append(n_tok)
-        loss.append(n_loss)
-        if keep_ids:
-            ids.append(batch.column("id").cast(pa.string()))
-            chunks.append(batch.column("chunk").to_numpy().astype(np.int32))
-        rows += batch.num_rows
+    try:
+        batches = read_batches(storage, rel, columns, batch_rows)
+        for batch in tracked_batches(batches, "survey", output_rows(storage, rel), "rows"):
+            _no_nulls(batch, columns, rows)
+            split, source = batch.column("split").cast(pa.string()), batch.column("source").cast(pa.string())
+            encoded = pc.dictionary_encode(pc.binary_join_element_wise(split, source, "\x00"))
+            local = np.empty(len(encoded.dictionary), np.int32)
+            for i, key in enumerate(encoded.dictionary.to_pylist()):
+                local[i] = keys.setdefault(tuple(key.split("\x00")), len(keys))
+            batch_sets = local[encoded.indices.to_numpy()]
+            row_sets.append(batch_sets)
+            n_tok = batch.column("num_tokens").to_numpy().astype(np.int64)
+            n_loss = batch.column("loss_tokens").to_numpy().astype(np.int64)
+            bad = np.flatnonzero((n_tok < 1) | (n_loss < 0) | (n_loss > n_tok))
+            if bad.size:
+                i = int(bad[0])
+                raise TokenizedInputError(f"tokenized_documents row {rows + i}: num_tokens {n_tok[i]}, loss_tokens "
+                                          f"{n_loss[i]} (need num_tokens >= 1, 0 <= loss_tokens <= num_tokens)")
+            lengths.append(n_tok)
+            loss.append(n_loss)
+            if keep_ids:
+                ids = batch.column("id").cast(pa.string())
+                for k in np.unique(batch_sets).tolist():
+                    while len(stores) <= k:
+                        stores.append(SpilledIds(ids_dir / f"ids-{len(stores):05d}.arrow"))
+                    stores[k].append(ids if len(local) == 1 else ids.take(pa.array(np.flatnonzero(batch_sets == k))))
+                chunks.append(batch.column("chunk").to_numpy().astype(np.int32))
+            rows += batch.num_rows
+    except BaseException:
+        for store in stores:
+            store.close()
+        raise
     if not rows:
         raise TokenizedInputError(f"no tokenized documents under {rel}")
     order = sorted(keys)
@@ -99,16 +118,14 @@ def survey(storage: Storage, rel: str, batch_rows: int, keep_ids: bool) -> Surve
         remap[keys[key]] = new
     row_set = remap[np.concatenate(row_sets)]
     all_len, all_loss = np.concatenate(lengths), np.concatenate(loss)
-    all_ids = pa.chunked_array(ids, pa.string()) if keep_ids else None
     all_chunks = np.concatenate(chunks) if keep_ids else None
     sets = []
     for i, (split, source) in enumerate(order):
         rows_i = np.flatnonzero(row_set == i)
         s = PackSet(split, source, all_len[rows_i], all_loss[rows_i])
         if keep_ids:
-            # one array, not the batches' chunks: a `take` of a few ids from a chunked array first
-            # concatenates all of it (packing takes each run's ids: the set's ids again per run)
-            s.ids = all_ids.take(pa.array(rows_i)).combine_chunks()
+            s.id_store = stores[keys[(split, source)]]
+            s.id_store.seal()
             s.chunks = all_chunks[rows_i]
         sets.append(s)
     return Survey(sets, row_set, bool(np.any(all_loss != all_len)))
@@ -171,6 +188,6 @@ def flatten(
 
 
 def describe(s: PackSet, doc: int) -> str:
-    if s.ids is not None:
-        return f"document {s.ids[doc].as_py()} chunk {int(s.chunks[doc])} ({s.name})"
+    if s.id_store is not None:
+        return f"document {s.id_store[doc]} chunk {int(s.chunks[doc])} ({s.name})"
     return f"{s.name} document #{doc}"
