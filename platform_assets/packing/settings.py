@@ -60,9 +60,10 @@ class PackingSettings(StrictModel):
     window under best_fit_decreasing (the whole corpus x16 packed in windows: see benchmarks/RESULTS.md).
     The `window` and `none` layouts do not depend on it."""
     spill_dir: str | None = Field(default=None, exclude=True)
-    """Offline strategies: where a set larger than the in-memory cap is spilled (default: the system's
-    temp directory); removed when the stage ends. Not part of index.json's `packing` (where the
-    tokens wait does not change a byte of the shards)."""
+    """Where the stage's spill files go (default: the system's temp directory): the provenance rows
+    until they are written, and with offline strategies every set's ids and a set's tokens larger
+    than the in-memory cap; removed when the stage ends. Not part of index.json's `packing` (where
+    they wait does not change a byte of the shards)."""
     pad_id: Annotated[int, Field(ge=0)] | None = None
     """Token written after the last segment of a sample; None: the tokenizer's pad id."""
 

@@ -1,7 +1,7 @@
 """The survey pass of packing: one read of tokenized_documents' small columns gives the (split, source)
-sets, each row's set and each document's length (and, for offline strategies, the ids, spilled per
-set to a file: id_store.py, and chunks); and the checked
-flattening of token lists into arrays that both packing passes use. Input that breaks the
+sets, each row's set and each document's length (for offline strategies also each row's chunk, and
+the ids, spilled per set to a file: id_store.py); and the checked flattening of token lists into
+arrays that both packing passes use. Input that breaks the
 tokenized_documents contract raises TokenizedInputError naming the document."""
 
 from __future__ import annotations
