@@ -4,7 +4,7 @@ provenance), its statistics, its exclusions and the conservation check of its la
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -114,8 +114,8 @@ def set_stats(s: PackSet, packing: Packing, loss_tokens: int) -> SetStats:
         int(s.lengths[packing.dropped].sum()))
 
 
-_COUNTS = ("documents", "pieces", "sequences", "tokens", "loss_tokens", "documents_split", "documents_dropped",
-           "tokens_dropped")  # SetStats' fields after seq_len: what adds up over windows and sets
+# SetStats' fields after split, source and seq_len: what adds up over windows and sets
+_COUNTS = tuple(f.name for f in fields(SetStats))[3:]
 
 
 def summed_stats(split: str, source: str, seq_len: int, parts: list[SetStats]) -> SetStats:

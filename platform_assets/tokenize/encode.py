@@ -186,7 +186,6 @@ class DocumentEncoder:
     # -- the batch ---------------------------------------------------------------------------------
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         """The whole batch as one EncodedBatch: `encode_parts`' slices joined (their counts added)."""
-        batch = _one_batch(batch)
         parts = list(self.encode_parts(batch))
         stats = EncodeStats()
         for part in parts:
@@ -263,7 +262,7 @@ class DocumentEncoder:
             if following is not None:
                 in_flight.append(self._pool.submit(self._tokenize_slice, text, kind, chats, *following))
             yield self._finish(batch, tokens.a, tokens.b, self._assemble_slice(tokens, kind, chat_bos), kind,
-                               {r: d for r, d in drops.items() if tokens.a <= r < tokens.b}, sizes)
+                               drops, sizes)
         release_freed_heap()  # the slices' Encoding objects are gone; their pages need not stay ours
 
     def _slice_bounds(self, sizes: np.ndarray) -> list[tuple[int, int]]:
@@ -331,11 +330,12 @@ class DocumentEncoder:
     # -- one slice's rows: drops, counts, Arrow ----------------------------------------------------
     def _finish(self, batch: pa.RecordBatch, a: int, b: int, sl: _Slice, kind: np.ndarray,
                 drops: dict[int, tuple[str, str]], sizes: np.ndarray) -> EncodedBatch:
-        """Rows a..b of the batch (`sl`, and `drops` keyed by batch row) as token rows and exclusions."""
+        """Rows a..b of the batch (`sl`; `drops` are the batch's, keyed by batch row) as token rows and
+        exclusions."""
         s = self.settings
         stats = EncodeStats(documents=b - a)
         kind, sizes = kind[a:b], sizes[a:b]
-        drops = {r - a: d for r, d in drops.items()}
+        drops = {r - a: d for r, d in drops.items() if a <= r < b}
         values, mask = sl.values, sl.mask
         lengths, rows, chunk_ix = np.diff(sl.offsets), sl.rows - a, sl.chunk
         offsets = exclusive_cumsum(lengths)
