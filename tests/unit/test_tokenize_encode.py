@@ -282,6 +282,44 @@ def test_parts_are_the_slices_in_row_order_and_join_to_the_batch(gpt2: Tokenizer
     assert sum(p.stats.chat_documents for p in parts) == whole.stats.chat_documents > 0
     assert list(encoder.encode_parts(batch([]))) == [] and encoder.encode(batch([])).batch.num_rows == 0
 
+def test_slices_of_large_documents_are_not_in_the_tokenizer_at_once(gpt2: TokenizerArtifact, monkeypatch):
+    """Two slices are encoded at once while their largest documents add up to at most a slice's bytes
+    (a document's cost inside tokenizers follows its own size): slices of one large document each go
+    one at a time, slices of small documents two at a time; the output is the same either way."""
+    import threading
+    import time
+
+    from platform_assets.tokenize import encode as encode_module
+
+    active, most, lock = [0], [0], threading.Lock()
+    real = encode_module.DocumentEncoder._tokenize_slice
+
+    def counted(self, *args):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.05)  # long enough for a second slice in flight to start beside this one
+        try:
+            return real(self, *args)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(encode_module.DocumentEncoder, "_tokenize_slice", counted)
+    encoder = DocumentEncoder(gpt2, TokenizeSettings(encode_slice_bytes=1000))
+    large = batch(["word " * 120 + str(i) for i in range(6)])  # ~600 bytes: a slice each
+    small = batch(["word " * 20 + str(i) for i in range(60)])  # ~100 bytes: ~10 a slice
+    for docs, expected in ((large, 1), (small, 2)):
+        most[0] = 0
+        parts = list(encoder.encode_parts(docs))
+        assert len(parts) == (6 if docs is large else 7)
+        assert most[0] == expected
+        joined = pa.Table.from_batches([p.batch for p in parts])
+        assert joined.column("input_ids").to_pylist() == [
+            gpt2.text_tokenizer.encode(t, add_special_tokens=False).ids + [gpt2.eos_id]
+            for t in docs.column("text").to_pylist()]
+
+
 # -- sequences ---------------------------------------------------------------------------------------
 def test_assemble_places_bodies_between_bos_and_eos_and_cuts():
     src = np.array([10, 11, 12, 20, 21, 30], np.int32)
