@@ -5,7 +5,7 @@ Arrow's jemalloc pool. One module for the knobs; each stage uses the ones it mea
   millions of small allocations (~71 bytes a token) that glibc keeps in its arenas once freed,
   fragmented, so each batch's RSS stacked on the last: tokenize's peak on the pipeline_scaling 16x
   input (base 16 MB, 64 MiB batches) was 1,060 MiB in-process, 815 MiB with a trim after each batch;
-  a few ms a batch. After the real corpus's 1 MB documents the ordinary slices peaked ~40 MB lower
+  a few ms a batch. After the real corpus's 1 MB documents the ordinary slices peaked 30-45 MB lower
   with a trim per slice than per batch (the freed space of a costly slice is not spread over by the
   next slices before it is returned).
 - `fix_mmap_threshold` (dedup, under Arrow's system pool only). glibc serves an allocation of at least

@@ -259,11 +259,11 @@ class DocumentEncoder:
         following = 0
 
         def submit_within_budget() -> None:
-            # A document costs ~115 bytes per byte of its text inside tokenizers while it is encoded
-            # (one 1 MB document: +115 MB), whatever slice holds it. Slices join the ones in flight
+            # A document costs ~105-115 bytes per byte of its text inside tokenizers while it is
+            # encoded (one 1 MB document: +105-115 MB), whatever slice holds it. Slices join the ones in flight
             # while their largest documents add up to at most one slice's bytes, so two slices of
             # 1 MB documents are encoded one after the other, not at once: on the real corpus's six
-            # 1 MB documents the peak was +230 MB over the ordinary slices' two at a time, +115 MB
+            # 1 MB documents the peak was +230 MB over the ordinary slices' two at a time, +105 MB
             # one at a time (a core idle for ~3 s of a 4-minute stage). Ordinary slices (largest
             # documents ~50-150 KB) still go two at a time.
             nonlocal following
@@ -279,7 +279,7 @@ class DocumentEncoder:
             tokens = in_flight.popleft()[0].result()
             # the slice's Encoding objects died in its worker: their pages go back now, not at the
             # batch's end, so a costly slice's free space is not spread over by the next ones (after
-            # the six 1 MB documents the ordinary slices peaked 40 MB higher with a trim per batch)
+            # the six 1 MB documents the ordinary slices peaked 30-45 MB higher with a trim per batch)
             release_freed_heap()
             submit_within_budget()
             yield self._finish(batch, tokens.a, tokens.b, self._assemble_slice(tokens, kind, chat_bos), kind,

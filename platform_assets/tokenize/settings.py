@@ -185,7 +185,7 @@ class TokenizeSettings(StrictModel):
     1 MiB it is ~85 MB at 0.4 tokens per byte and at most ~210 MB at one token per byte, and the
     same 4x input peaked at 319 MB in-process instead of 469 (2 MiB: 391) for the same CPU
     (23.2 vs 23.6 CPU-s). The output does not depend on it. On top, the document being encoded
-    costs ~115-130 bytes per byte of its text inside tokenizers (a 3.7 MB Debian changelog: +476
+    costs ~105-130 bytes per byte of its text inside tokenizers (a 3.7 MB Debian changelog: +476
     MB), which cleaning's 4 MiB document cap bounds; two slices are encoded at once only while their
     largest documents add up to at most this many bytes, so two large documents are not inside
     tokenizers together (the real corpus's six 1 MB documents: the stage's peak 953 -> 793 MB)."""

@@ -282,6 +282,7 @@ def test_parts_are_the_slices_in_row_order_and_join_to_the_batch(gpt2: Tokenizer
     assert sum(p.stats.chat_documents for p in parts) == whole.stats.chat_documents > 0
     assert list(encoder.encode_parts(batch([]))) == [] and encoder.encode(batch([])).batch.num_rows == 0
 
+
 def test_slices_of_large_documents_are_not_in_the_tokenizer_at_once(gpt2: TokenizerArtifact, monkeypatch):
     """Two slices are encoded at once while their largest documents add up to at most a slice's bytes
     (a document's cost inside tokenizers follows its own size): slices of one large document each go
