@@ -260,12 +260,12 @@ class DocumentEncoder:
 
         def submit_within_budget() -> None:
             # A document costs ~105-115 bytes per byte of its text inside tokenizers while it is
-            # encoded (one 1 MB document: +105-115 MB), whatever slice holds it. Slices join the ones in flight
-            # while their largest documents add up to at most one slice's bytes, so two slices of
-            # 1 MB documents are encoded one after the other, not at once: on the real corpus's six
-            # 1 MB documents the peak was +230 MB over the ordinary slices' two at a time, +105 MB
-            # one at a time (a core idle for ~3 s of a 4-minute stage). Ordinary slices (largest
-            # documents ~50-150 KB) still go two at a time.
+            # encoded (one 1 MB document: +105-115 MB), whatever slice holds it. Slices join the
+            # ones in flight while their largest documents add up to at most one slice's bytes, so
+            # two slices of 1 MB documents are encoded one after the other, not at once: on the real
+            # corpus's six 1 MB documents the peak was +230 MB over the ordinary slices' two at a
+            # time, +105 MB one at a time (a core idle for ~3 s of a 4-minute stage). Ordinary
+            # slices (largest documents ~50-150 KB) still go two at a time.
             nonlocal following
             while following < len(bounds) and len(in_flight) < PIPELINE_DEPTH and (
                     not in_flight or sum(size for _, size in in_flight) + largest[following]
