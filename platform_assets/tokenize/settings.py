@@ -190,6 +190,13 @@ class TokenizeSettings(StrictModel):
     largest documents add up to at most this many bytes, so two large documents are not inside
     tokenizers together (the real corpus's six 1 MB documents: the stage's peak 953 -> 793 MB)."""
 
+    malloc_mmap_threshold: Annotated[int, Field(ge=0, le=32 * 2**20)] | None = 4 * 2**20
+    """glibc's M_MMAP_THRESHOLD, fixed while the stage runs (platform_assets/heap.py): the tokenizer's
+    blocks from this size up are mmapped and unmapped on free. Otherwise glibc raises the threshold to
+    each freed block's size, and after a 1 MB document (16 MB of alignments) the next slices' vectors
+    came from arenas that stayed ~70 MB larger (the real corpus's six 1 MB documents: peak after them
+    606-621 -> 573-584 MB in-process, the same CPU). `null` leaves malloc as it is."""
+
     lance: bool = False
     """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output
     (the same rows in the same order as its Parquet parts, which the later stages read): random access to a

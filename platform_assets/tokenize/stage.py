@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
+from platform_assets.heap import mmap_threshold_fixed
 from platform_assets.parquet_parts import TableSink, TableSource, output_schema
 from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
@@ -290,7 +291,8 @@ def tokenize_outputs(
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
-    with TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
+    with mmap_threshold_fixed(settings.malloc_mmap_threshold), \
+            TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
             SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers, (
             LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else nullcontext()) as lance_sets:
         # a failure below aborts the Lance writes (their threads end, no partial dataset stays)

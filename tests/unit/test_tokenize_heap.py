@@ -1,8 +1,12 @@
 """release_freed_heap gives glibc's free pages back: a heap of many small allocations with a few
-kept alive (what a tokenizer's freed Encoding objects leave) shrinks in RSS only when trimmed."""
+kept alive (what a tokenizer's freed Encoding objects leave) shrinks in RSS only when trimmed; and
+mmap_threshold_fixed keeps large blocks in their own mappings while tokenize runs."""
 
 import ctypes
+import json
 import platform
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -36,3 +40,45 @@ def test_trimming_returns_a_fragmented_heaps_free_pages():
     for b in kept:
         libc.free(b)
     assert released > 50 * 2**20  # most of the ~98 MB freed between the survivors
+
+
+MMAP_PROBE = """
+import ctypes, json
+from platform_assets import heap
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+def mapped(size):
+    # the threshold is consulted only when the heap must grow: no free space may serve the block first
+    heap.release_freed_heap()
+    before = libc.mallinfo2().hblkhd  # bytes in blocks glibc mmapped on their own
+    block = libc.malloc(size)
+    own_mapping = libc.mallinfo2().hblkhd - before >= size
+    libc.free(block)
+    return own_mapping
+
+libc.free(libc.malloc(6 << 20))  # freeing a mapped 6 MiB block raises the dynamic threshold past 5 MiB
+out = {"dynamic": mapped(5 << 20)}
+with heap.mmap_threshold_fixed(4 << 20) as applied:
+    out["applied"] = applied
+    out["fixed"] = mapped(5 << 20)
+    libc.free(libc.malloc(8 << 20))  # a larger free does not raise a fixed threshold
+    out["fixed_after_a_larger_free"] = mapped(5 << 20)
+out["after"] = mapped(5 << 20)
+print(json.dumps(out))
+"""
+
+
+def test_a_fixed_mmap_threshold_withstands_the_dynamic_raise_inside_its_block_only():
+    """tokenize fixes M_MMAP_THRESHOLD while it runs: a block at or above it gets its own mapping (freed
+    pages leave RSS) even after larger frees, which raise glibc's dynamic threshold; after the stage
+    the threshold is glibc's ceiling. In a child process: the threshold is process-wide."""
+    done = subprocess.run([sys.executable, "-c", MMAP_PROBE], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {"dynamic": False, "applied": True, "fixed": True,
+                                       "fixed_after_a_larger_free": True, "after": False}
