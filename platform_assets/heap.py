@@ -37,8 +37,8 @@ Arrow's jemalloc pool. One module for the knobs; each stage uses the ones it mea
   6,000 ordinary ones (in-process, quiet machine, two runs each): the large documents peaked at
   638-660 MB dynamic, 594-607 MB with 4 MiB fixed; the ordinary slices after them 606-621 against
   573-584 MB (arenas 350-359 against 271-293 MB); CPU 79.3 / 84.1 against 80.3 / 82.3 s. 128 KiB
-  saved no more (577-582 MB) and cost page faults. Scoped to the stage: the in-process job runs
-  packing next in the same process.
+  saved no more (577-582 MB; measured loaded, where it also took 96.6 CPU-s against 75.2). Scoped to
+  the stage: the in-process job runs packing next in the same process.
 
 glibc's knobs are no-ops where the C library is not glibc.
 """
