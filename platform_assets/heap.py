@@ -58,14 +58,22 @@ M_MMAP_THRESHOLD = -3  # glibc malloc.h
 MMAP_THRESHOLD_CEILING = 32 * 2**20
 
 
-def _mallopt(param: int, value: int) -> bool:
+def _glibc_function(name: str) -> Callable[..., int] | None:
+    """A function of the C library when it is glibc's (None for musl, macOS: no such knob)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl, macOS: no mallopt
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(param, int(value)) == 1
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOPT = _glibc_function("mallopt")
+if _MALLOPT is not None:
+    _MALLOPT.argtypes, _MALLOPT.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+_MALLOC_TRIM = _glibc_function("malloc_trim")
+
+
+def _mallopt(param: int, value: int) -> bool:
+    return _MALLOPT is not None and _MALLOPT(param, int(value)) == 1
 
 
 def fix_mmap_threshold(threshold_bytes: int | None) -> bool:
@@ -87,16 +95,6 @@ def mmap_threshold_fixed(threshold_bytes: int | None) -> Iterator[bool]:
     finally:
         if applied:
             _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_CEILING)
-
-
-def _glibc_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-        return None
-
-
-_MALLOC_TRIM = _glibc_malloc_trim()
 
 
 def release_freed_heap() -> None:
