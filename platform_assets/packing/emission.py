@@ -11,7 +11,6 @@ import pyarrow as pa
 
 from platform_assets.contracts import exclusions_schema
 from platform_assets.packing.provenance import provenance_rows
-from platform_assets.packing.samples import ROWS_PER_ROW_GROUP
 from platform_assets.packing.shard_writers import ShardGroupWriter, ShardSetHeader, gather_samples
 from platform_assets.packing.strategies import Packing, verify_packing
 from platform_assets.packing.survey import ConservationError, PackSet
@@ -70,15 +69,21 @@ class Emitter:
              tokens: RunTokens, ids: pa.Array | pa.ChunkedArray, chunks: np.ndarray,
              piece_doc: np.ndarray | None = None) -> None:
         """Sequences j (pieces seq_ptr[j]:seq_ptr[j+1]); piece p is tokens piece_src[p]:+piece_len[p] of
-        the store (token_store.py), which gives each run of ROWS_PER_ROW_GROUP samples its pieces.
+        the store (token_store.py), which gives each run (at most ROWS_PER_ROW_GROUP samples) its pieces.
 
         `ids`: each piece's document id, or with `piece_doc` each document's (piece p's is
         ids[piece_doc[p]]). Ids and provenance rows are made a run at a time: for a whole set at once
-        they were ~120 B a piece (packed_shards' peak grew with the corpus's largest set)."""
+        they were ~120 B a piece (packed_shards' peak grew with the corpus's largest set).
+
+        Runs end where the writer's row groups and shards do (`samples_to_boundary`), so the writer
+        never joins two runs into a copy: a set packed in several placement windows (windows.py) put
+        every run after its first window across a row-group boundary."""
         h = self.header
         seq_ptr = np.asarray(seq_ptr, np.int64)
-        for a in range(0, len(seq_ptr) - 1, ROWS_PER_ROW_GROUP):
-            b = min(a + ROWS_PER_ROW_GROUP, len(seq_ptr) - 1)
+        n = len(seq_ptr) - 1
+        a = 0
+        while a < n:
+            b = min(a + self.writer.samples_to_boundary(), n)
             p0, p1 = int(seq_ptr[a]), int(seq_ptr[b])
             run_ids = ids.slice(p0, p1 - p0) if piece_doc is None else ids.take(pa.array(piece_doc[p0:p1], pa.int64()))
             if isinstance(run_ids, pa.ChunkedArray):
@@ -90,7 +95,8 @@ class Emitter:
             self.provenance(provenance_rows(
                 self.writer.split, self.writer.source, self.samples_per_shard, self.sequences + a,
                 seq_ptr[a : b + 1], run_ids, chunks[p0:p1], piece_start[p0:p1], piece_len[p0:p1]))
-        self.sequences += len(seq_ptr) - 1
+            a = b
+        self.sequences += n
 
 
 def exclusion_rows(s: PackSet, ids: list[str], chunks: list[int], lengths: list[int], seq_len: int) -> pa.Table:

@@ -192,6 +192,13 @@ class ShardGroupWriter:
         while self._pending_samples >= self._room():
             self._flush(self._room())
 
+    def samples_to_boundary(self) -> int:
+        """Samples that `add` takes, beyond those pending, up to the next row-group or shard boundary
+        (1..ROWS_PER_ROW_GROUP). A run of exactly this many is written as it is; a run across a
+        boundary is joined with the next one into a copy (concat_samples), and the copy's tail stays
+        pending: 8 MiB a run at 1024 x 2048 uint16, two of them alive while the next flush joins."""
+        return self._room() - self._pending_samples
+
     def _room(self) -> int:
         """Samples until the next row-group or shard boundary."""
         in_shard = self._shard_counts.samples

@@ -14,7 +14,7 @@ from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA as CLEANING_EXCLUSI
 from platform_assets.contracts import IOSettings
 from platform_assets.dedup.deduplicator import DUPLICATES_SCHEMA
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA as DEDUP_EXCLUSIONS_SCHEMA
-from platform_assets.packing import emission, offline_pass, streaming_pass
+from platform_assets.packing import offline_pass, shard_writers, streaming_pass
 from platform_assets.packing.provenance import PROVENANCE_FILE, explain_document
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_index import FORMATS, load_index, read_shard_set, verify_shards
@@ -90,7 +90,7 @@ def _write_tokenized(root: Path, rows: list[dict], parts: int = 2) -> None:
 
 
 def _settings(**kw) -> PackingSettings:
-    return PackingSettings(seq_len=SEQ_LEN, samples_per_shard=8, max_open_sequences=4, **kw)
+    return PackingSettings(**{"seq_len": SEQ_LEN, "samples_per_shard": 8, "max_open_sequences": 4, **kw})
 
 
 def _run(tmp_path: Path, rows: list[dict], name: str = "out", **kw):
@@ -183,7 +183,9 @@ def test_every_token_lands_once_in_every_format(tmp_path, strategy, overlong):
 def test_provenance_is_the_packing(tmp_path, monkeypatch, run_samples):
     """Offline strategy: provenance rows are exactly pack()'s pieces, numbered into shards and samples,
     also when a set is emitted in many runs (ids and rows made a run at a time)."""
-    monkeypatch.setattr(emission, "ROWS_PER_ROW_GROUP", run_samples)
+    to_boundary = shard_writers.ShardGroupWriter.samples_to_boundary
+    monkeypatch.setattr(shard_writers.ShardGroupWriter, "samples_to_boundary",
+                        lambda w: min(run_samples, to_boundary(w)))
     rows = _documents(seed=3)
     root, _, _ = _run(tmp_path, rows)
     provenance = pq.read_table(root / OUT_REL / PROVENANCE_FILE)
@@ -402,12 +404,38 @@ def test_cap_free_layouts_do_not_depend_on_the_piece_cap(tmp_path, strategy):
     assert [s.as_dict() for s in whole.sets] == [s.as_dict() for s in windowed.sets]
 
 
+def test_runs_end_at_the_writers_row_group_boundaries_so_windows_do_not_join_every_run(tmp_path, monkeypatch):
+    """12,000 one-sample documents in placement windows of 5,000 pieces, shards of 4,096 samples (row
+    groups of 1,024): the emitter cuts each run at the writer's next boundary, so a window that starts
+    mid row group costs one join of two runs (its first run completes the group), not one for every
+    run after it (runs of a fixed 1,024 crossed every boundary from the second window on, each joined
+    into an 8 MiB copy at 1024 x 2048). The tokens come back from the shards unchanged."""
+    joined = []
+    concat = shard_writers.concat_samples
+
+    def counting(parts):
+        joined.append(len(parts))
+        return concat(parts)
+
+    monkeypatch.setattr(shard_writers, "concat_samples", counting)
+    rng = np.random.default_rng(6)
+    rows = [_row(f"doc-{i:05d}", "web", "train", [*rng.integers(0, EOS, int(rng.integers(33, SEQ_LEN))), EOS])
+            for i in range(12000)]
+    root, _, result = _run(tmp_path, rows, samples_per_shard=4096, max_pieces_in_memory=5000, formats=("flat",))
+    windows = placement_windows(np.array([r["num_tokens"] for r in rows]), SEQ_LEN, "split", 5000)
+    assert result.totals.sequences == 12000 and len(windows) == 3
+    assert sum(n > 1 for n in joined) <= len(windows) - 1
+    rebuilt = _reassemble(root / OUT_REL / "flat", pq.read_table(root / OUT_REL / PROVENANCE_FILE).to_pylist())
+    assert all(rebuilt[(r["id"], r["chunk"])][0] == r["input_ids"] for r in rows)
+
+
 @pytest.mark.parametrize("overlong", ["split", "filter"])
 def test_a_set_over_the_piece_cap_is_packed_window_by_window(tmp_path, monkeypatch, overlong):
     """best_fit_decreasing with max_pieces_in_memory=12: pack() never lays out more than 12 pieces (or
     one document's), each window is packed on its own and its samples follow the previous window's, and
     every token still lands once (also through the runs of 3 samples the emitter writes)."""
-    monkeypatch.setattr(emission, "ROWS_PER_ROW_GROUP", 3)
+    to_boundary = shard_writers.ShardGroupWriter.samples_to_boundary
+    monkeypatch.setattr(shard_writers.ShardGroupWriter, "samples_to_boundary", lambda w: min(3, to_boundary(w)))
     laid_out: list[tuple[int, int]] = []
 
     def counting(lengths, *args, **kw):
