@@ -119,7 +119,7 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
         for i in members:
             s = survey.sets[i]
             h = held.pop(i)
-            emitter = Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
+            emitter = Emitter(writer.group(s.split, s.source, len(s.lengths)), header, settings.samples_per_shard,
                               partial(provenance.add, i))
             parts = []
             try:

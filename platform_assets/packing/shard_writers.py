@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,7 @@ from platform_assets.packing.samples import (
     token_dtype,
 )
 from platform_assets.packing.shard_index import index_bytes
+from platform_assets.packing.spilled_keys import SpilledKeys
 from platform_assets.storage import StagedDir
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,8 @@ def document_digests(ids: pa.Array) -> np.ndarray:
     """xxh3-128 of each id (16-byte values), what a set's distinct documents are counted on: 16 B a
     document where the ids themselves cost ~60 (Arrow strings of 32 hex characters, one array per
     shard: the pool grew 26 -> 45 MB over the 16x corpus's 325,855 documents). Exact unless two ids
-    share a 128-bit digest (~n^2 / 2^129: 1e-21 for a billion documents), as exact dedup's text keys."""
+    share a 128-bit digest (~n^2 / 2^129: 1e-21 for a billion documents), as exact dedup's text keys.
+    The set keeps them in hash partitions on disk (spilled_keys.py), not in memory."""
     return np.frombuffer(b"".join(map(xxhash.xxh3_128_digest, ids.cast(pa.binary()).to_pylist())), "V16")
 
 
@@ -152,7 +155,7 @@ class ShardCounts(Counts):
 class ShardGroupWriter:
     """The shards of one (split, source): shard k holds samples [k * samples_per_shard, ...)."""
 
-    def __init__(self, owner: ShardSetWriter, split: str, source: str):
+    def __init__(self, owner: ShardSetWriter, split: str, source: str, documents: int):
         self.split, self.source = split, source
         self._owner = owner
         self._pending: list[tuple[ShardSamples, pa.Array]] = []
@@ -164,7 +167,9 @@ class ShardGroupWriter:
         self._shard_counts = ShardCounts()
         self._closed_shards: list[dict] = []  # per shard: name, samples, tokens, loss_tokens, documents
         self.shards: dict[str, list[dict]] = {fmt: [] for fmt in owner.formats}
-        self.documents: list[np.ndarray] = []  # each closed shard's distinct ids' digests: the set's count
+        # each closed shard's distinct ids' digests, counted once at close (`documents` expected)
+        self._document_keys = SpilledKeys(owner.spill_dir, f"documents-{len(owner._groups):05d}", "V16", documents)
+        self.documents = 0  # the set's distinct documents, once closed
         self.pieces = 0  # segments in the closed shards
         self.closed = False
 
@@ -223,6 +228,7 @@ class ShardGroupWriter:
     def abort(self) -> None:
         """The stage failed before close: formats that work beside the caller (lance's write thread) stop
         and drop their partial output; the others' staged files go with the staged directory."""
+        self._document_keys.close()
         for fmt, writer in self._writers.items():
             abort = getattr(writer, "abort", None)
             if abort is not None:
@@ -237,7 +243,7 @@ class ShardGroupWriter:
         # the set keeps their digests (document_digests)
         distinct = pc.unique(pa.chunked_array(self._shard_runs_docs, pa.string()))
         self._closed_shards.append({"name": name, **self._shard_counts.as_dict(), "documents": len(distinct)})
-        self.documents.append(document_digests(distinct))
+        self._document_keys.add(document_digests(distinct))
         self.pieces += sum(len(d) for d in self._shard_runs_docs)
         self._shard_runs_docs = []
         self._shard_counts = ShardCounts()
@@ -256,6 +262,8 @@ class ShardGroupWriter:
                                     f"expected {len(self._closed_shards)}")
             self.shards[fmt] = [{**stats, "files": f, "bytes": sum(e["bytes"] for e in f.values())}
                                 for stats, f in zip(self._closed_shards, files, strict=True)]
+        self.documents = self._document_keys.distinct()
+        self._document_keys.close()
         self.closed = True
 
     def set_entry(self, fmt: str) -> dict:
@@ -265,7 +273,7 @@ class ShardGroupWriter:
             "source": self.source,
             "samples": sum(s["samples"] for s in shards),
             "tokens": sum(s["tokens"] for s in shards),
-            "documents": int(np.unique(np.concatenate(self.documents)).size) if self.documents else 0,
+            "documents": self.documents,
             "shards": shards,
         }
 
@@ -273,7 +281,10 @@ class ShardGroupWriter:
 class ShardSetWriter:
     """Shards of every (split, source) in every configured format, and one index.json per format."""
 
-    def __init__(self, staged: StagedDir, formats: list[str], header: ShardSetHeader, samples_per_shard: int):
+    def __init__(self, staged: StagedDir, formats: list[str], header: ShardSetHeader, samples_per_shard: int,
+                 spill_dir: Path | None = None):
+        """`spill_dir`: where each set's document digests wait for the count (spilled_keys.py; the
+        caller removes it); None keeps them in memory."""
         registered = format_names()
         unknown = [f for f in formats if f not in registered]
         if unknown or not formats:
@@ -288,16 +299,19 @@ class ShardSetWriter:
         self.formats = sorted(set(formats), key=registered.index)
         self.header = header
         self.samples_per_shard = samples_per_shard
+        self.spill_dir = spill_dir
         self._groups: dict[tuple[str, str], ShardGroupWriter] = {}
 
-    def group(self, split: str, source: str) -> ShardGroupWriter:
+    def group(self, split: str, source: str, documents: int = 0) -> ShardGroupWriter:
+        """The writer of one (split, source); `documents`: about how many it will hold (input rows),
+        which sizes the partitions of its distinct-document count."""
         for what, value in (("split", split), ("source", source)):
             if not SOURCE_NAME_RE.match(value):
                 raise ShardSetError(f"{what} {value!r} cannot name a shard directory (pattern {SOURCE_NAME_PATTERN})")
         key = (split, source)
         if key in self._groups:
             raise ShardSetError(f"shards of {split}/{source} were already written")
-        self._groups[key] = ShardGroupWriter(self, split, source)
+        self._groups[key] = ShardGroupWriter(self, split, source, documents)
         return self._groups[key]
 
     def abort(self) -> None:

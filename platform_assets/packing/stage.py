@@ -169,9 +169,10 @@ def pack_outputs(
         header = _header(settings, tokenizer_info, surveyed.has_loss_mask)
         tokens_in = sum(s.tokens for s in surveyed.sets)
         loss_in = sum(int(s.loss_tokens.sum()) for s in surveyed.sets)
-        provenance = ProvenanceSink(spill_dir.path, len(surveyed.sets))
+        provenance = ProvenanceSink(spill_dir.path, len(surveyed.sets), len(surveyed.row_set))
         with storage.staged_dir(out_rel) as staged:
-            writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard)
+            writer = ShardSetWriter(staged, list(settings.formats), header, settings.samples_per_shard,
+                                    spill_dir.path)
             try:
                 if streaming:
                     stats, exclusions = pack_streaming(storage, tokenized_rel, surveyed, settings, header, writer,

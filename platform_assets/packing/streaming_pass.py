@@ -93,7 +93,7 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
     has_mask = survey.has_loss_mask
     states = [
         StreamSet(s, StreamingBestFit(settings.seq_len, settings.max_open_sequences, settings.overlong),
-                   Emitter(writer.group(s.split, s.source), header, settings.samples_per_shard,
+                   Emitter(writer.group(s.split, s.source, len(s.lengths)), header, settings.samples_per_shard,
                            partial(provenance.add, i)))
         for i, s in enumerate(survey.sets)
     ]

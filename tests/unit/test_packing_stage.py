@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,7 +15,7 @@ from platform_assets.cleaning.steps import EXCLUSIONS_SCHEMA as CLEANING_EXCLUSI
 from platform_assets.contracts import IOSettings
 from platform_assets.dedup.deduplicator import DUPLICATES_SCHEMA
 from platform_assets.dedup.deduplicator import EXCLUSIONS_SCHEMA as DEDUP_EXCLUSIONS_SCHEMA
-from platform_assets.packing import offline_pass, shard_writers, streaming_pass
+from platform_assets.packing import offline_pass, shard_writers, spilled_keys, streaming_pass
 from platform_assets.packing.provenance import PROVENANCE_FILE, explain_document
 from platform_assets.packing.settings import PackingSettings
 from platform_assets.packing.shard_index import FORMATS, load_index, read_shard_set, verify_shards
@@ -320,6 +321,29 @@ def test_bad_input_names_the_document(tmp_path, strategy, corrupt, message):
     with pytest.raises(TokenizedInputError, match=message):
         _run(tmp_path, rows, strategy=strategy)
     assert not (tmp_path / "out" / OUT_REL).exists()
+
+
+@pytest.mark.parametrize("strategy", ["best_fit_decreasing", "streaming_best_fit"])
+def test_per_document_keys_in_many_partitions_count_and_check_as_in_one(tmp_path, monkeypatch, strategy):
+    """With a 64-byte budget the sets' document digests and the (document, chunk) hashes are spread over
+    many partition files of the run's spill directory: the index counts the same distinct documents
+    as the provenance holds, a repeated key is still found, and no partition file is left behind."""
+    monkeypatch.setattr(spilled_keys, "KEYS_BUDGET_BYTES", 64)
+    spill = tmp_path / "spill"
+    rows = _documents(seed=1)
+    root, _, _ = _run(tmp_path, rows, strategy=strategy, spill_dir=str(spill))
+    provenance = pq.read_table(root / OUT_REL / PROVENANCE_FILE)
+    index = load_index(str(root / OUT_REL / "flat"))
+    for entry in index["sets"]:
+        mine = provenance.filter(pc.and_(pc.equal(provenance["split"], entry["split"]),
+                                         pc.equal(provenance["source"], entry["source"])))
+        assert entry["documents"] == len(pc.unique(mine["document_id"])) > 0
+    assert index["totals"]["documents"] == len({r["id"] for r in rows})  # overlong documents are split, not dropped
+    assert not any(spill.iterdir())
+    next(r for r in rows if r["id"] == "code-011").update(id="code-013")
+    with pytest.raises(TokenizedInputError, match="document code-013 chunk 0 appears 2 times"):
+        _run(tmp_path, rows, "dup", strategy=strategy, spill_dir=str(spill))
+    assert not any(spill.iterdir())
 
 
 def test_input_contract_errors(tmp_path):
