@@ -7,8 +7,11 @@ Keys are hashes, so their first 64 bits spread them evenly over `partitions` fil
 land in one partition, and each partition is read and sorted alone at the end. The partition count
 comes from the number of keys expected and `budget_bytes` (what one partition may hold when read
 back), at most MAX_PARTITIONS, so memory is bounded by the budget up to MAX_PARTITIONS x budget of
-keys (256 MiB at the default 1 MiB) and grows by 1/256 of the keys beyond. Without a directory the
-partitions stay in memory (writers outside a packing run: tests, benchmarks, media shards).
+keys (256 MiB at the default 1 MiB) and grows by 1/256 of the keys beyond. Added keys wait in a
+buffer of FLUSH_BYTES, then each partition's share is appended to its file, which is closed again: a
+stage holds one store per (split, source) until its end, so open files would be sets x partitions.
+Without a directory the partitions stay in memory (writers outside a packing run: tests, benchmarks,
+media shards).
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["KEYS_BUDGET_BYTES", "MAX_PARTITIONS", "SpilledKeys"]
+__all__ = ["FLUSH_BYTES", "KEYS_BUDGET_BYTES", "MAX_PARTITIONS", "SpilledKeys"]
 
 KEYS_BUDGET_BYTES = 2**20
-MAX_PARTITIONS = 256  # open files (8 KiB buffers: 2 MiB at most) and one read per partition
+MAX_PARTITIONS = 256  # files per store, one read each at the end
+FLUSH_BYTES = 64 * 2**10  # keys buffered before they go to their files: 2 MiB for 32 sets at once
 
 
 class SpilledKeys:
@@ -38,14 +42,30 @@ class SpilledKeys:
         self.keys = 0
         self._paths = (None if directory is None else
                        [directory / f"{name}.{p:03d}.keys" for p in range(self.partitions)])
-        self._files: dict[int, object] = {}
+        self._buffer: list[np.ndarray] = []
+        self._buffered = 0
         self._held: list[list[np.ndarray]] = [[] for _ in range(self.partitions)] if directory is None else []
 
     def add(self, keys: np.ndarray) -> None:
-        keys = np.ascontiguousarray(keys, self.dtype)
+        keys = np.array(keys, self.dtype)  # a copy: the caller's array is not kept
         if not keys.size:
             return
         self.keys += keys.size
+        if self._paths is not None:
+            self._buffer.append(keys)
+            self._buffered += keys.nbytes
+            if self._buffered >= FLUSH_BYTES:
+                self._flush()
+            return
+        self._route(keys)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            keys = np.concatenate(self._buffer)
+            self._buffer, self._buffered = [], 0
+            self._route(keys)
+
+    def _route(self, keys: np.ndarray) -> None:
         if self.partitions == 1:
             self._put(0, keys)
             return
@@ -58,20 +78,13 @@ class SpilledKeys:
 
     def _put(self, p: int, keys: np.ndarray) -> None:
         if self._paths is None:
-            self._held[p].append(keys.copy())
+            self._held[p].append(keys)
             return
-        f = self._files.get(p)
-        if f is None:
-            f = self._files[p] = open(self._paths[p], "wb")  # noqa: SIM115 -- closed by _seal()/close()
-        f.write(memoryview(keys).cast("B"))
-
-    def _seal(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        with open(self._paths[p], "ab") as f:
+            f.write(memoryview(np.ascontiguousarray(keys)).cast("B"))
 
     def _sorted_partitions(self) -> Iterator[np.ndarray]:
-        self._seal()
+        self._flush()
         for p in range(self.partitions):
             if self._paths is None:
                 keys = np.concatenate(self._held[p]) if self._held[p] else np.zeros(0, self.dtype)
@@ -96,7 +109,7 @@ class SpilledKeys:
 
     def close(self) -> None:
         """Remove the partition files."""
-        self._seal()
+        self._buffer, self._buffered = [], 0
         for path in self._paths or ():
             path.unlink(missing_ok=True)
         self._held = [[] for _ in range(self.partitions)] if self._paths is None else []

@@ -3,9 +3,12 @@ numpy's over all the keys at once."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
+from platform_assets.packing import spilled_keys
 from platform_assets.packing.spilled_keys import MAX_PARTITIONS, SpilledKeys
 
 
@@ -56,3 +59,22 @@ def test_a_partition_holds_every_copy_of_its_keys(tmp_path):
 def test_keys_must_be_whole_words(tmp_path):
     with pytest.raises(ValueError, match="64-bit words"):
         SpilledKeys(tmp_path, "k", "V12", expected=1)
+
+
+def test_no_file_stays_open_between_adds(tmp_path, monkeypatch):
+    """A packing run holds a store per (split, source) to its end: its partition files are opened for
+    each flush and closed again, so open files do not grow with sets x partitions."""
+    monkeypatch.setattr(spilled_keys, "FLUSH_BYTES", 256)
+    fds = len(os.listdir("/proc/self/fd"))
+    stores = [SpilledKeys(tmp_path, f"set-{i}", np.uint64, expected=50_000, budget_bytes=1024) for i in range(8)]
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        for store in stores:
+            store.add(rng.integers(0, 2**63, 300, dtype=np.uint64))
+    assert all(store.partitions == 256 for store in stores)
+    assert len(list(tmp_path.iterdir())) > 8 * 100  # flushed into many partition files ...
+    assert len(os.listdir("/proc/self/fd")) == fds  # ... none of them left open
+    assert [store.distinct() for store in stores] == [1500] * 8
+    for store in stores:
+        store.close()
+    assert not any(tmp_path.iterdir())
