@@ -7,6 +7,7 @@ from dagster_aws.s3 import S3Resource
 
 from platform_assets.config import PipelineConfig, default_config_path, load_config
 from platform_assets.storage import S3Settings, Storage
+from platform_assets.training_launch.pipes_messages import WholeLineTempFileMessageReader
 
 
 class PipelineResource(dg.ConfigurableResource):
@@ -58,4 +59,6 @@ def default_pipeline_resource() -> PipelineResource:
 @dg.definitions
 def resources() -> dg.Definitions:
     return dg.Definitions(resources={"pipeline": default_pipeline_resource(),
-                                     "pipes_subprocess_client": dg.PipesSubprocessClient()})
+                                     # messages read as whole lines (training_launch/pipes_messages.py)
+                                     "pipes_subprocess_client": dg.PipesSubprocessClient(
+                                         message_reader=WholeLineTempFileMessageReader())})
