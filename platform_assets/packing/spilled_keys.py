@@ -39,7 +39,6 @@ class SpilledKeys:
         if self.dtype.itemsize % 8:
             raise ValueError(f"keys must be whole 64-bit words, got {self.dtype}")
         self.partitions = int(min(MAX_PARTITIONS, max(1, -(-max(expected, 0) * self.dtype.itemsize // budget_bytes))))
-        self.keys = 0
         self._paths = (None if directory is None else
                        [directory / f"{name}.{p:03d}.keys" for p in range(self.partitions)])
         self._buffer: list[np.ndarray] = []
@@ -50,7 +49,6 @@ class SpilledKeys:
         keys = np.array(keys, self.dtype)  # a copy: the caller's array is not kept
         if not keys.size:
             return
-        self.keys += keys.size
         if self._paths is not None:
             self._buffer.append(keys)
             self._buffered += keys.nbytes

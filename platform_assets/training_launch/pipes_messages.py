@@ -14,40 +14,32 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Event
 
 import dagster as dg
+from dagster._utils import tail_file  # the tail Dagster's reader uses; private, as `_reader_thread` below
 
 __all__ = ["WholeLineFileMessageReader", "WholeLineTempFileMessageReader", "whole_lines"]
 
-POLL_SECONDS = 0.01  # as Dagster's own tail
-
 
 def whole_lines(path: str, should_stop: Callable[[], bool]) -> Iterator[str]:
-    """Lines appended to `path` until `should_stop()`, each only once its newline is written. A last
-    line without one (a writer killed mid-message) is yielded when reading stops."""
+    """Lines appended to `path` until `should_stop()`, each only once its newline is written: Dagster's
+    `tail_file`, whose pieces of a line are joined here. A last line without one (a writer killed
+    mid-message) is yielded when reading stops."""
     pending = ""
-    with open(path, encoding="utf-8") as stream:
-        while True:
-            chunk = stream.readline()
-            if chunk:
-                pending += chunk
-                if pending.endswith("\n"):
-                    yield pending
-                    pending = ""
-            elif should_stop():
-                if pending:
-                    yield pending
-                return
-            else:
-                time.sleep(POLL_SECONDS)
+    for piece in tail_file(path, should_stop):
+        pending += piece
+        if pending.endswith("\n"):
+            yield pending
+            pending = ""
+    if pending:
+        yield pending
 
 
 class WholeLineFileMessageReader(dg.PipesFileMessageReader):
-    def _reader_thread(self, handler, is_resource_complete: Event) -> None:  # noqa: ANN001 - Dagster's signature
+    def _reader_thread(self, handler, is_resource_complete: Event) -> None:
         try:
             for line in whole_lines(self._path, is_resource_complete.is_set):
                 handler.handle_message(json.loads(line))
@@ -60,7 +52,7 @@ class WholeLineTempFileMessageReader(dg.PipesTempFileMessageReader):
     """`PipesTempFileMessageReader` (PipesSubprocessClient's default) over WholeLineFileMessageReader."""
 
     @contextmanager
-    def read_messages(self, handler) -> Iterator[dict]:  # noqa: ANN001 - Dagster's signature
+    def read_messages(self, handler) -> Iterator[dict]:
         with tempfile.TemporaryDirectory() as tempdir:
             reader = WholeLineFileMessageReader(os.path.join(tempdir, "messages"),
                                                 include_stdio_in_messages=self._include_stdio_in_messages)
