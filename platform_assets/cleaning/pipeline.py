@@ -246,9 +246,10 @@ class CleaningPipeline:
         self.load()  # outside the steps' timing
         by_step: list[pa.RecordBatch | None] = []
         stats = []
+        texts = None  # the text column as Python strings, while a step hands them on (StepResult.kept_texts)
         for step in self.steps:
-            result = step(batch)
-            batch = result.kept
+            result = step.run(batch, texts)
+            batch, texts = result.kept, result.kept_texts
             by_step.append(result.exclusions if result.exclusions.num_rows else None)
             stats.append(result.stats)
             self._totals[step.name].merge(result.stats)

@@ -91,6 +91,54 @@ def test_end_to_end_keeps_redacts_and_records_why_the_rest_went(pipeline):
     assert r.kept.schema == pipeline.output_schema(DOCUMENTS_SCHEMA)
 
 
+def test_texts_handed_from_step_to_step_give_what_each_step_called_alone_gives():
+    """The pipeline hands each step the texts the step before decoded (StepResult.kept_texts), instead
+    of decoding the column again: the same kept batch, exclusions and counts as calling every step on
+    the Arrow batch alone, and the texts handed on are always the kept column's."""
+    texts = [
+        PROSE + "  \n\n\n\nWrite to jane.doe@example.com for details.\r\n",  # normalised, then redacted
+        HTML,
+        GERMAN + "\t",
+        "",
+        "Short.",
+        PROSE + "\nWatch free porn videos here every day.",
+        "lorem ipsum dolor sit amet. " * 30,  # c4
+        PROSE + "\nCall +1 415 555 0132 or visit 10.0.0.1.\n\nJavaScript must be enabled.",  # C4 rewrites
+    ]
+    modalities = ["text", "html"] + ["text"] * 6
+    handed, alone = build_pipeline(CleaningSettings()), build_pipeline(CleaningSettings())
+    seen = []
+    for step in handed.steps:
+        original = step.run
+
+        def run(b, t=None, original=original, name=step.name):
+            result = original(b, t)
+            seen.append((name, t is not None, result))
+            return result
+
+        step.run = run
+    r = handed.process_batch(batch(texts, modalities=modalities))
+    b = batch(texts, modalities=modalities)
+    exclusions = []
+    for step in alone.steps:
+        result = step(b)
+        b = result.kept
+        exclusions.append(result.exclusions)
+        alone._totals[step.name].merge(result.stats)
+    assert r.kept.equals(b) and r.kept.num_rows == 5 and r.exclusions.num_rows == 3
+    assert r.exclusions.equals(pa.Table.from_batches(exclusions).combine_chunks().to_batches()[0])
+    assert [s.to_dict() | {"seconds": 0} for s in handed.funnel().steps] == [
+        s.to_dict() | {"seconds": 0} for s in alone.funnel().steps]
+    by_name = {name: (given, result) for name, given, result in seen}
+    # the document steps after the first (html) are handed texts; each hands on its kept column's
+    assert [name for name, given, _ in seen if given] == ["normalize", "language", "quality", "blocklist", "pii"]
+    # texts were rewritten by a step before a step that was handed them, and by the last
+    assert by_name["normalize"][1].stats.modified and by_name["pii"][1].stats.modified
+    for name in ("normalize", "language", "quality", "blocklist", "pii"):
+        result = by_name[name][1]
+        assert result.kept_texts == result.kept.column("text").to_pylist(), name
+
+
 def test_funnel_counts_equal_the_exclusion_records_over_several_batches(pipeline):
     pipeline.reset()
     rng = random.Random(5)
