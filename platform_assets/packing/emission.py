@@ -113,11 +113,10 @@ def exclusion_rows(s: PackSet, ids: list[str], chunks: list[int], lengths: list[
     }, schema=EXCLUSIONS_SCHEMA)
 
 
-def set_stats(s: PackSet, packing: Packing, loss_tokens: int) -> SetStats:
+def set_stats(s: PackSet, packing: Packing, loss_tokens: int, dropped_tokens: int) -> SetStats:
     return SetStats(
-        s.split, s.source, packing.seq_len, len(s.lengths), len(packing.piece_len), packing.n_sequences,
-        packing.tokens, loss_tokens, packing.documents_split, len(packing.dropped),
-        int(s.lengths[packing.dropped].sum()))
+        s.split, s.source, packing.seq_len, s.documents, len(packing.piece_len), packing.n_sequences,
+        packing.tokens, loss_tokens, packing.documents_split, len(packing.dropped), dropped_tokens)
 
 
 # SetStats' fields after split, source and seq_len: what adds up over windows and sets
@@ -131,8 +130,10 @@ def summed_stats(split: str, source: str, seq_len: int, parts: list[SetStats]) -
 
 
 def verify_set(s: PackSet, packing: Packing) -> None:
+    """The conservation check of `packing` against the lengths of `s` (read whole: a window's, or the
+    streaming strategy's set, whose layout it holds anyway)."""
     try:
-        verify_packing(packing, s.lengths)
+        verify_packing(packing, s.lengths[: s.documents])
     except ValueError as e:
         raise ConservationError(f"{s.name}: {e}") from e
 

@@ -46,11 +46,12 @@ def plan_passes(sets: list[PackSet], max_tokens: int) -> list[list[int]]:
 
 @dataclass
 class _Held:
-    """A set's tokens in a store: document d is tokens starts[d] : starts[d] + lengths[d]."""
+    """A set's tokens in a store, in document order: a document's tokens start where the tokens of the
+    documents before it end."""
 
     store: HeldTokens | SpilledTokens
-    starts: np.ndarray  # int64
     next_doc: int = 0  # documents filled so far (they arrive in input order)
+    next_token: int = 0  # their tokens
 
 
 def _parts(storage: Storage, rel: str) -> list[tuple[str, int]]:
@@ -74,7 +75,7 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
         s = survey.sets[i]
         store = (HeldTokens(s.tokens, has_mask) if s.tokens <= max_tokens
                  else SpilledTokens(spill_dir, f"set-{i:05d}", has_mask))
-        held[i] = _Held(store, np.cumsum(s.lengths) - s.lengths)
+        held[i] = _Held(store)
     columns = ["input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
     for part, part_rows in _parts(storage, rel):
@@ -96,8 +97,8 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
                     ids, masks = ids.take(take), masks.take(take) if masks is not None else None
                 flat, flat_mask = flatten(ids, masks, s.lengths[d0:d1], s.loss_tokens[d0:d1], vocab_size,
                                           lambda j, s=s, d0=d0: describe(s, d0 + j))
-                h.store.put(int(h.starts[d0]), flat, flat_mask)
-                h.next_doc = d1
+                h.store.put(h.next_token, flat, flat_mask)
+                h.next_doc, h.next_token = d1, h.next_token + flat.size
             row += batch.num_rows
     if row != len(survey.row_set):
         raise TokenizedInputError(f"{rel} changed while being packed: {row} rows now, {len(survey.row_set)} before")
@@ -119,9 +120,10 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
         for i in members:
             s = survey.sets[i]
             h = held.pop(i)
-            emitter = Emitter(writer.group(s.split, s.source, len(s.lengths)), header, settings.samples_per_shard,
+            emitter = Emitter(writer.group(s.split, s.source, s.documents), header, settings.samples_per_shard,
                               partial(provenance.add, i))
             parts = []
+            window_token = 0  # the store's token where the window's first document starts
             try:
                 for d0, d1 in placement_windows(s.lengths, settings.seq_len, settings.overlong,
                                                 settings.max_pieces_in_memory, strategy_window):
@@ -129,15 +131,18 @@ def pack_offline(storage: Storage, rel: str, survey: Survey, settings: PackingSe
                     packing = pack(part.lengths, settings.seq_len, settings.strategy, settings.overlong,
                                    settings.window, settings.max_open_sequences)
                     verify_set(part, packing)
-                    emitter.emit(packing.seq_ptr, h.starts[d0 + packing.piece_doc] + packing.piece_start,
+                    starts = window_token + np.cumsum(part.lengths) - part.lengths
+                    emitter.emit(packing.seq_ptr, starts[packing.piece_doc] + packing.piece_start,
                                  packing.piece_len, packing.piece_start, h.store, part.ids,
                                  part.chunks[packing.piece_doc], packing.piece_doc)
+                    window_token += part.tokens
                     d = packing.dropped
                     exclusions.append(exclusion_rows(part, part.ids.take(pa.array(d)).to_pylist() if d.size else [],
                                                      part.chunks[d].tolist(), part.lengths[d].tolist(),
                                                      settings.seq_len))
-                    parts.append(set_stats(part, packing, int(part.loss_tokens.sum() - part.loss_tokens[d].sum())))
-                    del packing  # the next window's layout is made without this one's
+                    parts.append(set_stats(part, packing, int(part.loss_tokens.sum() - part.loss_tokens[d].sum()),
+                                           int(part.lengths[d].sum())))
+                    del packing, starts  # the next window's layout is made without this one's
             finally:
                 h.store.close()
             stats.append(summed_stats(s.split, s.source, settings.seq_len, parts))

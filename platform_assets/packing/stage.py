@@ -162,7 +162,7 @@ def pack_outputs(
     spill_dir = SpillDir(settings.spill_dir)  # the sets' ids, spilled sets' tokens, provenance rows until written
     provenance = None
     try:
-        surveyed = survey(storage, tokenized_rel, batch_rows, ids_dir=None if streaming else spill_dir.path)
+        surveyed = survey(storage, tokenized_rel, batch_rows, spill_dir.path, keep_ids=not streaming)
         if surveyed.has_loss_mask and "loss_mask" not in schema.names:
             raise TokenizedInputError(f"{tokenized_rel}: loss_tokens < num_tokens for some rows but there is no "
                                       "loss_mask")

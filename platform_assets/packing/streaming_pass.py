@@ -1,7 +1,8 @@
 """The streaming strategy (`streaming_best_fit`): the input is read once; memory is the tokens of the
 documents still in open sequences (at most max_open_sequences x seq_len per set: 8 MiB at the
 defaults) plus one record batch. The layout emitted so far is kept (32 B per piece) for the same
-conservation check as the offline strategies."""
+conservation check as the offline strategies, which reads the set's lengths back from the survey's
+spill files at the end: 8 B per document beside the layout's 32 B per piece."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class _OpenDoc:
     tokens: np.ndarray
     mask: np.ndarray | None
     remaining: int
+    loss_tokens: int
 
 
 @dataclass
@@ -93,7 +95,7 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
     has_mask = survey.has_loss_mask
     states = [
         StreamSet(s, StreamingBestFit(settings.seq_len, settings.max_open_sequences, settings.overlong),
-                   Emitter(writer.group(s.split, s.source, len(s.lengths)), header, settings.samples_per_shard,
+                   Emitter(writer.group(s.split, s.source, s.documents), header, settings.samples_per_shard,
                            partial(provenance.add, i)))
         for i, s in enumerate(survey.sets)
     ]
@@ -118,11 +120,12 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
                                        batch.column("loss_mask").take(take) if has_mask else None, lengths,
                                        loss_tokens, header.vocab_size, describe)
             starts = np.cumsum(lengths) - lengths
-            for j, (a, ln) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+            for j, (a, ln, loss) in enumerate(zip(starts.tolist(), lengths.tolist(), loss_tokens.tolist(),
+                                                  strict=True)):
                 # copies: a view would keep the whole batch alive while the document waits in the packer
                 st.docs[st.next_doc + j] = _OpenDoc(
                     ids[j], chunks[j], flat[a : a + ln].astype(np.int32),
-                    None if flat_mask is None else flat_mask[a : a + ln].copy(), ln)
+                    None if flat_mask is None else flat_mask[a : a + ln].copy(), ln, loss)
             closed = st.packer.add(lengths, st.next_doc)
             st.take_dropped()
             st.emit(closed)
@@ -140,8 +143,8 @@ def pack_streaming(storage: Storage, rel: str, survey: Survey, settings: Packing
         ex = st.excluded
         exclusions.append(exclusion_rows(st.s, [o.id for o in ex], [o.chunk for o in ex],
                                           [o.tokens.size for o in ex], settings.seq_len))
-        d = packing.dropped
-        stats.append(set_stats(st.s, packing, int(st.s.loss_tokens.sum() - st.s.loss_tokens[d].sum())))
+        stats.append(set_stats(st.s, packing, int(st.s.loss_tokens.sum()) - sum(o.loss_tokens for o in ex),
+                               sum(o.tokens.size for o in ex)))
     return stats, exclusions
 
 

@@ -1,7 +1,8 @@
 """The survey pass of packing: one read of tokenized_documents' small columns gives the (split, source)
-sets, each row's set and each document's length (for offline strategies also each row's chunk, and
-the ids, spilled per set to a file: id_store.py); and the checked flattening of token lists into
-arrays that both packing passes use. Input that breaks the
+sets, each row's set and each document's length and loss tokens (for offline strategies also each
+row's chunk and id), all of them written to files in the run's spill directory (spilled_columns.py,
+id_store.py) and read back a window or a batch at a time, so that no per-row state stays in memory;
+and the checked flattening of token lists into arrays that both packing passes use. Input that breaks the
 tokenized_documents contract raises TokenizedInputError naming the document."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.packing.id_store import SpilledIds
+from platform_assets.packing.spilled_columns import SpilledColumn
 from platform_assets.parquet_parts import output_rows, read_batches
 from platform_assets.progress import tracked_batches
 from platform_assets.storage import Storage
@@ -32,9 +34,11 @@ class TokenizedInputError(ValueError):
 class PackSet:
     split: str
     source: str
-    lengths: np.ndarray  # int64 num_tokens per document (input row) of the set, in input order
-    loss_tokens: np.ndarray  # int64
-    chunks: np.ndarray | None = None  # offline strategies only, as the ids
+    # per document (input row) of the set, in input order: the survey's sets hold them on disk
+    # (spilled_columns.py), a placement window (`rows`) in memory
+    lengths: np.ndarray | SpilledColumn  # int64 num_tokens
+    loss_tokens: np.ndarray | SpilledColumn  # int64
+    chunks: np.ndarray | SpilledColumn | None = None  # offline strategies only, as the ids
     id_store: SpilledIds | None = None  # the set's ids on disk (the survey's sets)
     ids: pa.Array | None = None  # the rows' ids in memory (a placement window's: `rows`)
 
@@ -43,22 +47,40 @@ class PackSet:
         return f"{self.split}/{self.source}"
 
     @property
+    def documents(self) -> int:
+        return len(self.lengths)
+
+    @property
     def tokens(self) -> int:
         return int(self.lengths.sum())
 
     def rows(self, d0: int, d1: int) -> PackSet:
-        """Documents d0..d1-1 of the set (views, not copies; their ids read from the set's id store):
-        a placement window (windows.py)."""
+        """Documents d0..d1-1 of the set, in memory (read from the set's spilled columns and id store,
+        or views of a set in memory): a placement window (windows.py)."""
         ids = (self.id_store.range(d0, d1) if self.id_store is not None else
                self.ids.slice(d0, d1 - d0) if self.ids is not None else None)
         return PackSet(self.split, self.source, self.lengths[d0:d1], self.loss_tokens[d0:d1],
                        self.chunks[d0:d1] if self.chunks is not None else None, ids=ids)
 
 
+class RowSets:
+    """Each input row's set (an index into Survey.sets), read by row range: on disk in the order the
+    survey met the sets, mapped to their sorted order on reading."""
+
+    def __init__(self, column: SpilledColumn, remap: np.ndarray):
+        self.column, self.remap = column, remap
+
+    def __len__(self) -> int:
+        return len(self.column)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return self.remap[self.column[rows]]
+
+
 @dataclass
 class Survey:
     sets: list[PackSet]  # sorted by (split, source)
-    row_set: np.ndarray  # int32 per input row: index into sets
+    row_set: RowSets  # per input row: index into sets
     has_loss_mask: bool
 
 
@@ -69,15 +91,38 @@ def _no_nulls(batch: pa.RecordBatch, columns: list[str], rows_before: int) -> No
             raise TokenizedInputError(f"tokenized_documents row {rows_before + _first_null(col)}: {c} is null")
 
 
-def survey(storage: Storage, rel: str, batch_rows: int, ids_dir: Path | None) -> Survey:
-    """One pass over the small columns: the sets, each row's set, lengths; with `ids_dir` (offline
-    packing) each set's ids in a file there and its chunks. The caller removes `ids_dir`."""
-    keep_ids = ids_dir is not None
+@dataclass
+class _SetColumns:
+    lengths: SpilledColumn
+    loss: SpilledColumn
+    chunks: SpilledColumn | None
+    ids: SpilledIds | None
+
+    def close(self) -> None:
+        for c in (self.lengths, self.loss, self.chunks, self.ids):
+            if c is not None:
+                c.close()
+
+
+def survey(storage: Storage, rel: str, batch_rows: int, spill_dir: Path, keep_ids: bool) -> Survey:
+    """One pass over the small columns: the sets, each row's set, each document's length and loss
+    tokens; with `keep_ids` (offline packing) also its id and chunk. All of them per row go to files
+    in `spill_dir` (spilled_columns.py, id_store.py), which the caller removes."""
     columns = ["split", "source", "num_tokens", "loss_tokens"] + (["id", "chunk"] if keep_ids else [])
     keys: dict[tuple[str, str], int] = {}
-    stores: list[SpilledIds] = []  # by the order sets are met
-    row_sets, lengths, loss, chunks = [], [], [], []
-    rows = 0
+    stores: list[_SetColumns] = []  # by the order sets are met
+    row_sets = SpilledColumn(spill_dir / "row-sets.i32", np.int32)
+    rows, has_loss_mask = 0, False
+
+    def store(k: int) -> _SetColumns:
+        while len(stores) <= k:
+            j = len(stores)
+            stores.append(_SetColumns(SpilledColumn(spill_dir / f"lengths-{j:05d}.i64", np.int64),
+                                      SpilledColumn(spill_dir / f"loss-{j:05d}.i64", np.int64),
+                                      SpilledColumn(spill_dir / f"chunks-{j:05d}.i32", np.int32) if keep_ids else None,
+                                      SpilledIds(spill_dir / f"ids-{j:05d}.arrow") if keep_ids else None))
+        return stores[k]
+
     try:
         batches = read_batches(storage, rel, columns, batch_rows)
         for batch in tracked_batches(batches, "survey", output_rows(storage, rel), "rows"):
@@ -88,7 +133,6 @@ def survey(storage: Storage, rel: str, batch_rows: int, ids_dir: Path | None) ->
             for i, key in enumerate(encoded.dictionary.to_pylist()):
                 local[i] = keys.setdefault(tuple(key.split("\x00")), len(keys))
             batch_sets = local[encoded.indices.to_numpy()]
-            row_sets.append(batch_sets)
             n_tok = batch.column("num_tokens").to_numpy().astype(np.int64)
             n_loss = batch.column("loss_tokens").to_numpy().astype(np.int64)
             bad = np.flatnonzero((n_tok < 1) | (n_loss < 0) | (n_loss > n_tok))
@@ -96,39 +140,38 @@ def survey(storage: Storage, rel: str, batch_rows: int, ids_dir: Path | None) ->
                 i = int(bad[0])
                 raise TokenizedInputError(f"tokenized_documents row {rows + i}: num_tokens {n_tok[i]}, loss_tokens "
                                           f"{n_loss[i]} (need num_tokens >= 1, 0 <= loss_tokens <= num_tokens)")
-            lengths.append(n_tok)
-            loss.append(n_loss)
-            if keep_ids:
-                ids = batch.column("id").cast(pa.string())
-                for k in np.unique(batch_sets).tolist():
-                    while len(stores) <= k:
-                        stores.append(SpilledIds(ids_dir / f"ids-{len(stores):05d}.arrow"))
-                    stores[k].append(ids if len(local) == 1 else ids.take(pa.array(np.flatnonzero(batch_sets == k))))
-                chunks.append(batch.column("chunk").to_numpy().astype(np.int32))
+            has_loss_mask = has_loss_mask or bool(np.any(n_loss != n_tok))
+            row_sets.append(batch_sets)
+            ids = batch.column("id").cast(pa.string()) if keep_ids else None
+            chunks = batch.column("chunk").to_numpy().astype(np.int32) if keep_ids else None
+            for k in np.unique(batch_sets).tolist():
+                st = store(k)
+                take = None if len(local) == 1 else np.flatnonzero(batch_sets == k)
+                st.lengths.append(n_tok if take is None else n_tok[take])
+                st.loss.append(n_loss if take is None else n_loss[take])
+                if keep_ids:
+                    st.chunks.append(chunks if take is None else chunks[take])
+                    st.ids.append(ids if take is None else ids.take(pa.array(take)))
             rows += batch.num_rows
     except BaseException:
-        for store in stores:
-            store.close()
+        for st in stores:
+            st.close()
+        row_sets.close()
         raise
     if not rows:
+        row_sets.close()
         raise TokenizedInputError(f"no tokenized documents under {rel}")
     order = sorted(keys)
     remap = np.empty(len(keys), np.int32)
     for new, key in enumerate(order):
         remap[keys[key]] = new
-    row_set = remap[np.concatenate(row_sets)]
-    all_len, all_loss = np.concatenate(lengths), np.concatenate(loss)
-    all_chunks = np.concatenate(chunks) if keep_ids else None
     sets = []
-    for i, (split, source) in enumerate(order):
-        rows_i = np.flatnonzero(row_set == i)
-        s = PackSet(split, source, all_len[rows_i], all_loss[rows_i])
-        if keep_ids:
-            s.id_store = stores[keys[(split, source)]]
-            s.id_store.seal()
-            s.chunks = all_chunks[rows_i]
-        sets.append(s)
-    return Survey(sets, row_set, bool(np.any(all_loss != all_len)))
+    for split, source in order:
+        st = stores[keys[(split, source)]]
+        if st.ids is not None:
+            st.ids.seal()
+        sets.append(PackSet(split, source, st.lengths, st.loss, st.chunks, id_store=st.ids))
+    return Survey(sets, RowSets(row_sets, remap), has_loss_mask)
 
 
 def _first_null(array: pa.Array) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from platform_assets.packing.pieces import check_overlong, check_positive_int
+from platform_assets.packing.spilled_columns import SpilledColumn
 
 __all__ = ["piece_counts", "placement_windows"]
 
@@ -38,30 +39,46 @@ def piece_counts(lengths: np.ndarray, seq_len: int, overlong: str) -> np.ndarray
     return (lengths <= seq_len).astype(np.int64)
 
 
-def placement_windows(lengths: np.ndarray, seq_len: int, overlong: str, max_pieces: int,
-                      strategy_window: int | None = None) -> list[tuple[int, int]]:
+# documents whose lengths are read at once while the windows are cut (8 B each: 8 MB)
+LENGTHS_PER_READ = 1 << 20
+
+
+def placement_windows(lengths: np.ndarray | SpilledColumn, seq_len: int, overlong: str, max_pieces: int,
+                      strategy_window: int | None = None,
+                      lengths_per_read: int = LENGTHS_PER_READ) -> list[tuple[int, int]]:
     """Consecutive document ranges [d0, d1) covering `lengths`, each of at most `max_pieces` pieces
     unless a single unit has more. The units are documents, or blocks of `strategy_window` documents
     (the `window` strategy's own windows, never cut). One range for a set within the cap; none for an
-    empty one. Greedy from the first document, so the ranges depend on the lengths and settings only."""
+    empty one. Greedy from the first document, so the ranges depend on the lengths and settings only.
+
+    The lengths are read `lengths_per_read` at a time (rounded to whole units), so that a set's
+    spilled lengths (spilled_columns.py) are never in memory together; the ranges are the same for
+    any read size: a window ends where the next unit would exceed the cap, which the reads carry over."""
     max_pieces = check_positive_int("max_pieces", max_pieces)
-    n = int(np.asarray(lengths).size)
+    block = check_positive_int("strategy_window", strategy_window) if strategy_window is not None else 1
+    n = len(lengths)
     if n == 0:
         return []
-    counts = piece_counts(lengths, seq_len, overlong)
-    if strategy_window is not None:
-        block = check_positive_int("strategy_window", strategy_window)
-        counts = np.add.reduceat(counts, np.arange(0, n, block))
-    else:
-        block = 1
-    total = np.cumsum(counts)
-    units = total.size
-    bounds = [0]
+    read = max(1, check_positive_int("lengths_per_read", lengths_per_read) // block) * block
+    bounds = [0]  # in units
     before = 0  # pieces of the units already in windows
-    while bounds[-1] < units:
-        start = bounds[-1]
-        end = int(np.searchsorted(total, before + max_pieces, side="right"))
-        end = max(end, start + 1)  # a unit of more pieces than the cap is a window by itself
-        bounds.append(end)
-        before = int(total[end - 1])
+    units_read = pieces_read = 0  # units and pieces of the reads before this one
+    for first in range(0, n, read):
+        counts = piece_counts(lengths[first : first + read], seq_len, overlong)
+        if block > 1:
+            counts = np.add.reduceat(counts, np.arange(0, counts.size, block))
+        total = pieces_read + np.cumsum(counts)  # pieces up to each unit of this read, from the set's start
+        while bounds[-1] < units_read + total.size:
+            start = bounds[-1]
+            end = units_read + int(np.searchsorted(total, before + max_pieces, side="right"))
+            if end == units_read + total.size:
+                break  # the window may go on into the next read
+            end = max(end, start + 1)  # a unit of more pieces than the cap is a window by itself
+            bounds.append(end)
+            # pieces up to the window's last unit (the last of the read before, if it ends there)
+            before = int(total[end - 1 - units_read]) if end > units_read else pieces_read
+        units_read += total.size
+        pieces_read = int(total[-1])
+    if bounds[-1] < units_read:
+        bounds.append(units_read)
     return [(a * block, min(b * block, n)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

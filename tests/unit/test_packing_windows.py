@@ -4,6 +4,7 @@ greedy from the first document, the `window` strategy's own windows never cut.""
 import numpy as np
 import pytest
 
+from platform_assets.packing.spilled_columns import SpilledColumn
 from platform_assets.packing.strategies import pack
 from platform_assets.packing.windows import piece_counts, placement_windows
 
@@ -51,3 +52,24 @@ def test_a_set_within_the_cap_is_one_window_and_an_empty_one_none():
     assert placement_windows(np.array([10, 10, 10 * SEQ_LEN, 10]), SEQ_LEN, "split", 3) == [(0, 2), (2, 3), (3, 4)]
     with pytest.raises(ValueError, match="max_pieces must be >= 1"):
         placement_windows(lengths, SEQ_LEN, "split", 0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("overlong", ["split", "filter"])
+@pytest.mark.parametrize("strategy_window", [None, 5])
+def test_windows_are_the_same_whatever_the_lengths_read_at_once_and_from_a_spilled_column(
+        seed, overlong, strategy_window, tmp_path):
+    """The lengths are read a part at a time (a set's spilled lengths are never in memory together):
+    windows that end at, just before or just after a read's end, or span several reads, come out as
+    from one read of the whole set."""
+    rng = np.random.default_rng(seed)
+    # some documents of more pieces than the cap, so that single-unit windows fall on read boundaries too
+    lengths = rng.integers(1, 12 * SEQ_LEN, int(rng.integers(1, 300)))
+    cap = int(rng.integers(1, 40))
+    whole = placement_windows(lengths, SEQ_LEN, overlong, cap, strategy_window, lengths_per_read=10**9)
+    column = SpilledColumn(tmp_path / f"lengths-{seed}.i64", np.int64)
+    for part in np.array_split(lengths, 7):
+        column.append(part)
+    for per_read in (1, 2, 3, 7, 16, 64, lengths.size):
+        assert placement_windows(lengths, SEQ_LEN, overlong, cap, strategy_window, lengths_per_read=per_read) == whole
+        assert placement_windows(column, SEQ_LEN, overlong, cap, strategy_window, lengths_per_read=per_read) == whole
