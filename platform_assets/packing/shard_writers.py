@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from platform_assets.contracts import SHARD_INDEX_FILE, SOURCE_NAME_PATTERN, SOURCE_NAME_RE, Counts
@@ -163,7 +162,10 @@ class ShardGroupWriter:
         header = owner.header.set_header()
         self._writers: dict[str, SetWriter] = {
             fmt: REGISTRY[fmt].open_set(owner.staged, fmt, self._prefix, header) for fmt in owner.formats}
-        self._shard_runs_docs: list[pa.Array] = []
+        # the digests of the shard's segments' documents, a run's at a time (document_digests): 16 B a
+        # segment where their ids held ~60 until the shard closed (Arrow strings); a shard of short
+        # documents has many (8 M documents of 1-8 tokens: ~4,000 a sample)
+        self._shard_segment_digests: list[np.ndarray] = []
         self._shard_counts = ShardCounts()
         self._closed_shards: list[dict] = []  # per shard: name, samples, tokens, loss_tokens, documents
         self.shards: dict[str, list[dict]] = {fmt: [] for fmt in owner.formats}
@@ -220,7 +222,7 @@ class ShardGroupWriter:
         number = len(self._closed_shards)
         for writer in self._writers.values():
             writer.add(head, number)
-        self._shard_runs_docs.append(head_docs)
+        self._shard_segment_digests.append(document_digests(head_docs))
         self._shard_counts.merge(ShardCounts(head.samples, head.token_count, head.loss_tokens))
         if self._shard_counts.samples == self._owner.samples_per_shard:
             self._close_shard()
@@ -239,13 +241,14 @@ class ShardGroupWriter:
 
     def _close_shard(self) -> None:
         name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
-        # the shard's distinct ids are ~1 per document (a document's pieces mostly share a shard);
-        # the set keeps their digests (document_digests)
-        distinct = pc.unique(pa.chunked_array(self._shard_runs_docs, pa.string()))
+        # the shard's distinct documents are ~1 per segment (a document's pieces mostly share a shard);
+        # the set keeps their digests
+        segments = np.concatenate(self._shard_segment_digests) if self._shard_segment_digests else np.zeros(0, "V16")
+        distinct = np.unique(segments)
         self._closed_shards.append({"name": name, **self._shard_counts.as_dict(), "documents": len(distinct)})
-        self._document_keys.add(document_digests(distinct))
-        self.pieces += sum(len(d) for d in self._shard_runs_docs)
-        self._shard_runs_docs = []
+        self._document_keys.add(distinct)
+        self.pieces += len(segments)
+        self._shard_segment_digests = []
         self._shard_counts = ShardCounts()
 
     def close(self) -> None:
