@@ -17,7 +17,7 @@ from platform_assets.storage import Storage
 SETS = [("train", "web"), ("train", "code"), ("val", "web")]
 
 
-def _write(root: Path, docs_per_set: int) -> dict:
+def _write(root: Path, docs_per_set: int) -> tuple[dict, np.ndarray]:
     """Short documents in parts of 20,000 rows, the sets' rows interleaved within each part."""
     rng = np.random.default_rng(docs_per_set)
     want = {key: {"lengths": [], "loss": [], "chunks": []} for key in SETS}
@@ -35,7 +35,8 @@ def _write(root: Path, docs_per_set: int) -> dict:
         values = pa.array(np.zeros(int(offsets[-1]), np.int32))
         pq.write_table(pa.table({
             "id": pa.array([f"d{a + i}" for i in range(m)]),
-            "split": pa.array([SETS[k][0] for k in sets.tolist()]), "source": pa.array([SETS[k][1] for k in sets.tolist()]),
+            "split": pa.array([SETS[k][0] for k in sets.tolist()]),
+            "source": pa.array([SETS[k][1] for k in sets.tolist()]),
             "chunk": pa.array(chunks), "input_ids": pa.ListArray.from_arrays(pa.array(offsets), values),
             "num_tokens": pa.array(lengths.astype(np.int32)), "loss_tokens": pa.array(loss.astype(np.int32)),
         }), out / f"part-{part:05d}.parquet")
