@@ -162,18 +162,28 @@ class ShardGroupWriter:
         header = owner.header.set_header()
         self._writers: dict[str, SetWriter] = {
             fmt: REGISTRY[fmt].open_set(owner.staged, fmt, self._prefix, header) for fmt in owner.formats}
-        # the digests of the shard's segments' documents, a run's at a time (document_digests): 16 B a
-        # segment where their ids held ~60 until the shard closed (Arrow strings); a shard of short
-        # documents has many (8 M documents of 1-8 tokens: ~4,000 a sample)
-        self._shard_segment_digests: list[np.ndarray] = []
+        self._expected_documents = documents
         self._shard_counts = ShardCounts()
         self._closed_shards: list[dict] = []  # per shard: name, samples, tokens, loss_tokens, documents
         self.shards: dict[str, list[dict]] = {fmt: [] for fmt in owner.formats}
-        # each closed shard's distinct ids' digests, counted once at close (`documents` expected)
-        self._document_keys = SpilledKeys(owner.spill_dir, f"documents-{len(owner._groups):05d}", "V16", documents)
+        # The digests of the segments' documents (document_digests), a run's at a time: the set's distinct
+        # documents are counted on them at the end, the open shard's at its close. Both wait on disk in
+        # the run's spill directory (spilled_keys.py): a shard of short documents holds many segments
+        # (8 M documents of 1-8 tokens: ~450 a sample, 3.7 M in a shard of 8,192 samples), which the
+        # writer kept as id strings until the shard closed (~60 B each: 1,160 -> 533 MB for that input
+        # with 16-byte digests in memory, flat with them on disk). A shard holds at most the set's
+        # documents (`documents`), which sizes both stores' partitions.
+        self._number = len(owner._groups)
+        self._document_keys = SpilledKeys(owner.spill_dir, f"documents-{self._number:05d}", "V16", documents)
+        self._shard_keys = self._open_shard_keys()
+        self._shard_segments = 0
         self.documents = 0  # the set's distinct documents, once closed
         self.pieces = 0  # segments in the closed shards
         self.closed = False
+
+    def _open_shard_keys(self) -> SpilledKeys:
+        name = f"shard-documents-{self._number:05d}-{len(self._closed_shards):05d}"
+        return SpilledKeys(self._owner.spill_dir, name, "V16", self._expected_documents)
 
     @property
     def _prefix(self) -> str:
@@ -222,7 +232,10 @@ class ShardGroupWriter:
         number = len(self._closed_shards)
         for writer in self._writers.values():
             writer.add(head, number)
-        self._shard_segment_digests.append(document_digests(head_docs))
+        digests = document_digests(head_docs)
+        self._shard_keys.add(digests)
+        self._document_keys.add(digests)
+        self._shard_segments += len(digests)
         self._shard_counts.merge(ShardCounts(head.samples, head.token_count, head.loss_tokens))
         if self._shard_counts.samples == self._owner.samples_per_shard:
             self._close_shard()
@@ -231,6 +244,7 @@ class ShardGroupWriter:
         """The stage failed before close: formats that work beside the caller (lance's write thread) stop
         and drop their partial output; the others' staged files go with the staged directory."""
         self._document_keys.close()
+        self._shard_keys.close()
         for fmt, writer in self._writers.items():
             abort = getattr(writer, "abort", None)
             if abort is not None:
@@ -241,14 +255,11 @@ class ShardGroupWriter:
 
     def _close_shard(self) -> None:
         name = f"{self._prefix}/shard-{len(self._closed_shards):05d}"
-        # the shard's distinct documents are ~1 per segment (a document's pieces mostly share a shard);
-        # the set keeps their digests
-        segments = np.concatenate(self._shard_segment_digests) if self._shard_segment_digests else np.zeros(0, "V16")
-        distinct = np.unique(segments)
-        self._closed_shards.append({"name": name, **self._shard_counts.as_dict(), "documents": len(distinct)})
-        self._document_keys.add(distinct)
-        self.pieces += len(segments)
-        self._shard_segment_digests = []
+        documents = self._shard_keys.distinct()
+        self._shard_keys.close()
+        self._closed_shards.append({"name": name, **self._shard_counts.as_dict(), "documents": documents})
+        self.pieces += self._shard_segments
+        self._shard_keys, self._shard_segments = self._open_shard_keys(), 0
         self._shard_counts = ShardCounts()
 
     def close(self) -> None:
@@ -267,6 +278,7 @@ class ShardGroupWriter:
                                 for stats, f in zip(self._closed_shards, files, strict=True)]
         self.documents = self._document_keys.distinct()
         self._document_keys.close()
+        self._shard_keys.close()  # the next shard's, opened by the last close: empty
         self.closed = True
 
     def set_entry(self, fmt: str) -> dict:

@@ -479,3 +479,38 @@ def test_a_sets_documents_are_counted_across_shards_on_digests(tmp_path):
     assert np.unique(digests).size == pc.count_distinct(ids).as_py() == 5003
     assert digests[-1] == digests[-4] and digests[-2] != digests[-3]
     assert np.array_equal(document_digests(ids.slice(10, 5)), digests[10:15])
+
+
+def test_a_shards_document_keys_wait_on_disk_in_the_spill_directory(tmp_path, monkeypatch):
+    """With a spill directory (a packing run), the digests of the open shard's segments and of the set's
+    documents wait in hash partitions there, not in memory (a shard of short documents holds millions
+    of segments); the counts are the same as counting the ids, and nothing is left behind."""
+    from platform_assets.packing import spilled_keys
+
+    monkeypatch.setattr(spilled_keys, "KEYS_BUDGET_BYTES", 64)  # 4 digests a partition: many files
+    monkeypatch.setattr(spilled_keys, "FLUSH_BYTES", 16)  # every add goes to its files at once
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    files_when_counted = []  # the spill directory each time a store counts its keys (a shard's close)
+    count = spilled_keys.SpilledKeys.distinct
+
+    def distinct(self):
+        files_when_counted.append(sorted(p.name for p in spill.iterdir()))
+        return count(self)
+
+    monkeypatch.setattr(spilled_keys.SpilledKeys, "distinct", distinct)
+    run, docs = _samples(np.random.default_rng(11), 24, False)
+    docs = [f"doc-{(i * 7) % 13}" for i in range(len(docs))]  # documents spread over several shards
+    storage = Storage(str(tmp_path))
+    with storage.staged_dir("packed") as staged:
+        writer = ShardSetWriter(staged, ["flat"], _header(False), 5, spill)
+        writer.group("train", "web", documents=13).add(run, pa.array(docs, pa.string()))
+        writer.close()
+    assert len(files_when_counted) == 5 + 1  # each of the 5 shards, then the set
+    for names in files_when_counted[:-1]:
+        assert sum(n.startswith("shard-documents-") for n in names) > 1
+        assert any(n.startswith("documents-") for n in names)
+    assert list(spill.iterdir()) == []
+    train = load_index(str(tmp_path / "packed" / "flat"))["sets"][0]
+    want = [len(set(docs[run.seqptr[k] : run.seqptr[min(k + 5, run.samples)]])) for k in range(0, run.samples, 5)]
+    assert [s["documents"] for s in train["shards"]] == want and train["documents"] == len(set(docs)) == 13
