@@ -79,12 +79,14 @@ def _read_sets(storage: Storage, rel: str, survey: Survey, members: list[int], b
     columns = ["input_ids"] + (["loss_mask"] if has_mask else [])
     row = 0
     for part, part_rows in _parts(storage, rel):
-        if not np.isin(survey.row_set[row : row + part_rows], members).any():
+        part_sets = survey.row_set[row : row + part_rows]  # read once from the survey's file, for every batch
+        if not np.isin(part_sets, members).any():
             row += part_rows
             continue
+        part_start = row
         # batches bounded by tokens, a row group at a time (token_batches.py)
         for batch in part_token_batches(storage, part, columns, batch_rows):
-            in_batch = survey.row_set[row : row + batch.num_rows]
+            in_batch = part_sets[row - part_start : row - part_start + batch.num_rows]
             for i in members:
                 rows = np.flatnonzero(in_batch == i)
                 if not rows.size:
