@@ -266,6 +266,7 @@ class _Timed:
     def __init__(self, step: Any, cpu: dict[str, float]):
         self.step, self.name, self.cpu = step, step.name, cpu
         self.added_fields = step.added_fields
+        self.takes_texts = getattr(step, "takes_texts", False)  # the baseline's steps predate it
 
     def load(self) -> None:
         self.step.load()
@@ -277,10 +278,10 @@ class _Timed:
         finally:
             self.cpu[self.name] += time.process_time() - start
 
-    def run(self, batch: Any, texts: Any = None) -> Any:  # ours hands each step the decoded texts
+    def run(self, batch: Any, texts: Any = None, **kwargs: Any) -> Any:  # ours hands each step the decoded texts
         start = time.process_time()
         try:
-            return self.step.run(batch, texts)
+            return self.step.run(batch, texts, **kwargs)
         finally:
             self.cpu[self.name] += time.process_time() - start
 

@@ -246,9 +246,12 @@ class CleaningPipeline:
         self.load()  # outside the steps' timing
         by_step: list[pa.RecordBatch | None] = []
         stats = []
-        texts = None  # the text column as Python strings, while a step hands them on (StepResult.kept_texts)
-        for step in self.steps:
-            result = step.run(batch, texts)
+        # the text column as Python strings while one document step hands them to the next (the batch
+        # then goes without it: handed_texts.py); the last step returns the batch whole
+        texts = None
+        for i, step in enumerate(self.steps):
+            hand_on = step.takes_texts and i + 1 < len(self.steps) and self.steps[i + 1].takes_texts
+            result = step.run(batch, texts, hand_on=hand_on)
             batch, texts = result.kept, result.kept_texts
             by_step.append(result.exclusions if result.exclusions.num_rows else None)
             stats.append(result.stats)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.cleaning.chat_messages import rewrite_messages
+from platform_assets.cleaning.handed_texts import HandedTexts, attach_texts
 from platform_assets.contracts import Counts, chat_candidates, exclusions_schema
 from platform_assets.schema import MEDIA_MODALITIES
 
@@ -138,11 +139,11 @@ class StepResult:
     kept: pa.RecordBatch
     exclusions: pa.RecordBatch
     stats: StepStats
-    kept_texts: list[str | None] | None = None
-    """`kept`'s text column as Python strings, where the step had them (a DocumentStep): the pipeline
-    hands them to the next step's :meth:`Step.run`, so that the column is decoded once per batch, not
-    once per step (cleaning_stage: 5 decodes of 27 MB, ~10 ms each and more in a grown process), and
-    strings that Arrow already encoded keep their cached UTF-8 for the next encode."""
+    kept_texts: HandedTexts | None = None
+    """Where the step was run with `hand_on` (a DocumentStep before another): `kept`'s texts as Python
+    strings, `kept` then without its text column (handed_texts.py). The pipeline hands them to the next
+    step's :meth:`Step.run`, so that the column is decoded once per batch, not once per step
+    (cleaning_stage: 5 decodes of 27 MB, ~10 ms each and more in a grown process), and built once."""
 
 
 class Step(ABC):
@@ -155,10 +156,16 @@ class Step(ABC):
     @abstractmethod
     def __call__(self, batch: pa.RecordBatch) -> StepResult: ...
 
-    def run(self, batch: pa.RecordBatch, texts: list[str | None] | None = None) -> StepResult:
-        """The step over `batch`, given its text column already decoded (`texts`: equal to
-        ``batch.column("text").to_pylist()``, or None). Steps that read texts as Python strings use
-        them; the rest ignore them."""
+    takes_texts: ClassVar[bool] = False
+    """Does :meth:`run` take the batch's texts handed on by the step before (HandedTexts)?"""
+
+    def run(self, batch: pa.RecordBatch, texts: HandedTexts | None = None, *, hand_on: bool = False) -> StepResult:
+        """The step over `batch`. Steps that `takes_texts` may be given the batch's texts as Python
+        strings (`texts`; the batch then has no text column) and asked to `hand_on` theirs (the kept
+        batch then has none: the next step takes them). The rest are given whole batches and return
+        them."""
+        if texts is not None:
+            raise ValueError(f"step {self.name!r} does not take handed texts")
         return self(batch)
 
     def load(self) -> None:
@@ -190,32 +197,29 @@ def assemble_result(
     drops: Sequence[tuple[int, str, str | None]],
     sizes: Sequence[int],
     *,
-    new_texts: list[str] | None = None,
+    texts: HandedTexts | None = None,
+    rewritten: bool = False,
+    hand_on: bool = False,
     new_metas: list[str | None] | None = None,
     added: dict[str, list[Any]] | None = None,
     stats: StepStats | None = None,
     started: float | None = None,
-    texts: list[str | None] | None = None,
 ) -> StepResult:
     """Build the kept batch, the exclusion records and the counts from per-row decisions.
 
-    `drops` holds (row, full rule, value); `sizes` the UTF-8 size of every input row; `new_texts` the
-    rewritten text column (None: unchanged); `new_metas` the rewritten meta column (chat messages;
-    None: unchanged); `added` the values of `step.added_fields`; `texts` the text of every row after
-    the step (Python strings: handed on as the result's `kept_texts`), if the step has them.
+    `drops` holds (row, full rule, value); `sizes` the UTF-8 size of every input row; `texts` the text
+    of every row after the step, as Python strings with their sizes (a DocumentStep's; the batch may
+    then lack its text column, see handed_texts.py), `rewritten` whether the step changed any; `hand_on`:
+    the kept batch goes without its text column and the kept texts go in the result's `kept_texts`;
+    `new_metas` the rewritten meta column (chat messages; None: unchanged); `added` the values of
+    `step.added_fields`.
     """
     n = batch.num_rows
     stats = stats or StepStats(step.name)
     stats.docs_in += n
     stats.bytes_in += sum(sizes)
-    if new_texts is not None:
-        if drops:  # removed below: not worth encoding (quality removes ~70% of its input's bytes)
-            new_texts = new_texts.copy()
-            for row, _, _ in drops:
-                new_texts[row] = ""
-        text_idx = batch.schema.get_field_index("text")
-        text_type = batch.schema.field(text_idx).type
-        batch = batch.set_column(text_idx, batch.schema.field(text_idx), pa.array(new_texts, text_type))
+    if texts is not None and (hand_on or rewritten) and "text" in batch.schema.names:
+        batch = batch.drop_columns(["text"])  # handed on, or built below from the kept strings
     if new_metas is not None:
         meta_idx = batch.schema.get_field_index("meta")
         meta_field = batch.schema.field(meta_idx)
@@ -229,6 +233,7 @@ def assemble_result(
         else:
             batch = batch.append_column(f, arr)
 
+    keep: list[bool] | None = None
     if drops:
         keep = [True] * n
         ids = batch.column("id").to_pylist()
@@ -242,8 +247,6 @@ def assemble_result(
             stats.removed_docs[rule] += 1
             stats.removed_bytes[rule] += sizes[row]
         kept = batch.filter(pa.array(keep, pa.bool_()))
-        if texts is not None:
-            texts = [t for t, k in zip(texts, keep, strict=True) if k]
         exclusions = pa.RecordBatch.from_arrays(
             [
                 pa.array(ex_ids, pa.string()),
@@ -257,13 +260,22 @@ def assemble_result(
         kept = batch
         exclusions = empty_exclusions()
     stats.docs_out += kept.num_rows
-    if new_texts is not None:
-        stats.bytes_out += sum(text_bytes(kept.column("text")))
-    else:  # text untouched: the kept bytes are the input bytes less the removed documents
+    kept_texts = None
+    if texts is None or "text" in kept.schema.names:  # the column as the step was given it
         stats.bytes_out += sum(sizes) - sum(sizes[row] for row, _, _ in drops)
+    else:
+        strings, out_sizes = texts.strings, texts.sizes
+        if keep is not None:
+            strings = [t for t, k in zip(strings, keep, strict=True) if k]
+            out_sizes = [x for x, k in zip(out_sizes, keep, strict=True) if k]
+        stats.bytes_out += sum(out_sizes)
+        if hand_on:
+            kept_texts = HandedTexts(strings, out_sizes, texts.field, texts.index)
+        else:
+            kept = attach_texts(kept, strings, texts.field, texts.index)
     if started is not None:
         stats.seconds += time.perf_counter() - started
-    return StepResult(kept, exclusions, stats, texts)
+    return StepResult(kept, exclusions, stats, kept_texts)
 
 
 def empty_exclusions() -> pa.RecordBatch:
@@ -330,14 +342,19 @@ class DocumentStep(Step):
     def __call__(self, batch: pa.RecordBatch) -> StepResult:
         return self.run(batch)
 
-    def run(self, batch: pa.RecordBatch, texts: list[str | None] | None = None) -> StepResult:
+    takes_texts: ClassVar[bool] = True
+
+    def run(self, batch: pa.RecordBatch, texts: HandedTexts | None = None, *, hand_on: bool = False) -> StepResult:
         started = time.perf_counter()
         n = batch.num_rows
         stats = StepStats(self.name)
-        text_col = batch.column("text")
-        sizes = text_bytes(text_col)
+        if texts is None:
+            text_col = batch.column("text")
+            texts = HandedTexts(text_col.to_pylist(), text_bytes(text_col), batch.schema.field("text"),
+                                batch.schema.get_field_index("text"))
+        sizes = texts.sizes
         # rewritten in place below: a copy of the list handed over (its strings are shared)
-        texts = list(texts) if texts is not None else text_col.to_pylist()
+        strings = list(texts.strings)
         ids: list[str] = batch.column("id").to_pylist()
         names = batch.schema.names
         # documents schema batches always have `modality`; a batch without it is text
@@ -345,20 +362,20 @@ class DocumentStep(Step):
         langs = batch.column("lang").to_pylist() if "lang" in names else [None] * n
         added: dict[str, list[Any]] = {f.name: [None] * n for f in self.added_fields}
         drops: list[tuple[int, str, str | None]] = []
-        changed = False
+        rewritten: list[int] = []
         counters = stats.counters
         metas, conversation_rows = self._chat_metas(batch)
         doc_metas = (metas or batch.column("meta").to_pylist()) if self.reads_meta and "meta" in names else None
         metas_changed = False
         todo = [
             i for i in range(n)
-            if self.applies(modalities[i], langs[i]) and (texts[i] or modalities[i] not in MEDIA_MODALITIES)
+            if self.applies(modalities[i], langs[i]) and (strings[i] or modalities[i] not in MEDIA_MODALITIES)
         ]
         stats.skipped += n - len(todo)
-        prepared = self._prepare([texts[i] or "" for i in todo], [modalities[i] for i in todo],
+        prepared = self._prepare([strings[i] or "" for i in todo], [modalities[i] for i in todo],
                                  [langs[i] for i in todo])
         for j, i in enumerate(todo):
-            doc = Doc(ids[i], texts[i] or "", modalities[i], langs[i], prepared=prepared[j] if prepared else None,
+            doc = Doc(ids[i], strings[i] or "", modalities[i], langs[i], prepared=prepared[j] if prepared else None,
                       meta=doc_metas[i] if doc_metas is not None else None)
             try:
                 drop = self.process(doc, counters)
@@ -371,26 +388,27 @@ class DocumentStep(Step):
                 continue
             for k, v in doc.out.items():
                 added[k][i] = v
-            if doc.text != texts[i]:
-                texts[i] = doc.text
+            if doc.text != strings[i]:
+                strings[i] = doc.text
                 stats.modified += 1
-                changed = True
+                rewritten.append(i)
             if i in conversation_rows:
-                rewritten = self._rewrite_messages(metas[i], counters)
-                if rewritten is not None:
-                    metas[i] = rewritten
+                messages = self._rewrite_messages(metas[i], counters)
+                if messages is not None:
+                    metas[i] = messages
                     metas_changed = True
         return assemble_result(
             self,
             batch,
             drops,
             sizes,
-            new_texts=texts if changed else None,
+            texts=texts.rewritten(strings, rewritten),
+            rewritten=bool(rewritten),
+            hand_on=hand_on,
             new_metas=metas if metas_changed else None,
             added=added,
             stats=stats,
             started=started,
-            texts=texts,
         )
 
     def _prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:

@@ -13,10 +13,11 @@ from pydantic import ValidationError
 
 from platform_assets.cleaning import EXCLUSIONS_SCHEMA, CleaningPipeline, CleaningSettings, build_pipeline
 from platform_assets.cleaning.guard import Guard
+from platform_assets.cleaning.handed_texts import HandedTexts
 from platform_assets.cleaning.pipeline import exclusion_counts
 from platform_assets.cleaning.quality.step import QualityStep
 from platform_assets.cleaning.settings import GopherQualitySettings, LengthSettings
-from platform_assets.cleaning.steps import DocumentStep
+from platform_assets.cleaning.steps import DocumentStep, text_bytes
 from platform_assets.schema import DOCUMENTS_SCHEMA
 
 PROSE = "\n".join(
@@ -92,9 +93,10 @@ def test_end_to_end_keeps_redacts_and_records_why_the_rest_went(pipeline):
 
 
 def test_texts_handed_from_step_to_step_give_what_each_step_called_alone_gives():
-    """The pipeline hands each step the texts the step before decoded (StepResult.kept_texts), instead
-    of decoding the column again: the same kept batch, exclusions and counts as calling every step on
-    the Arrow batch alone, and the texts handed on are always the kept column's."""
+    """Each document step hands the next one its texts as Python strings, the batch going without its
+    text column meanwhile (handed_texts.py), instead of the next step decoding the column again and
+    each rewrite or removal copying it: the same kept batch, exclusions and counts as calling every
+    step on the whole Arrow batch alone, step by step."""
     texts = [
         PROSE + "  \n\n\n\nWrite to jane.doe@example.com for details.\r\n",  # normalised, then redacted
         HTML,
@@ -104,39 +106,56 @@ def test_texts_handed_from_step_to_step_give_what_each_step_called_alone_gives()
         PROSE + "\nWatch free porn videos here every day.",
         "lorem ipsum dolor sit amet. " * 30,  # c4
         PROSE + "\nCall +1 415 555 0132 or visit 10.0.0.1.\n\nJavaScript must be enabled.",  # C4 rewrites
+        "Ünïcödé prose: " + GERMAN + " — mit Umlauten.\u00a0 ",  # non-ASCII, rewritten by normalize
     ]
-    modalities = ["text", "html"] + ["text"] * 6
+    modalities = ["text", "html"] + ["text"] * 7
     handed, alone = build_pipeline(CleaningSettings()), build_pipeline(CleaningSettings())
-    seen = []
+    seen = {}
     for step in handed.steps:
         original = step.run
 
-        def run(b, t=None, original=original, name=step.name):
-            result = original(b, t)
-            seen.append((name, t is not None, result))
+        def run(b, t=None, original=original, name=step.name, **kwargs):
+            result = original(b, t, **kwargs)
+            seen[name] = (t is not None, kwargs.get("hand_on", False), result)
             return result
 
         step.run = run
     r = handed.process_batch(batch(texts, modalities=modalities))
     b = batch(texts, modalities=modalities)
-    exclusions = []
+    exclusions, alone_kept = [], {}
     for step in alone.steps:
         result = step(b)
-        b = result.kept
+        b = alone_kept[step.name] = result.kept
         exclusions.append(result.exclusions)
         alone._totals[step.name].merge(result.stats)
-    assert r.kept.equals(b) and r.kept.num_rows == 5 and r.exclusions.num_rows == 3
+    assert r.kept.equals(b) and r.kept.num_rows == 6 and r.exclusions.num_rows == 3
+    assert r.kept.schema == handed.output_schema(DOCUMENTS_SCHEMA)
     assert r.exclusions.equals(pa.Table.from_batches(exclusions).combine_chunks().to_batches()[0])
     assert [s.to_dict() | {"seconds": 0} for s in handed.funnel().steps] == [
         s.to_dict() | {"seconds": 0} for s in alone.funnel().steps]
-    by_name = {name: (given, result) for name, given, result in seen}
-    # the document steps after the first (html) are handed texts; each hands on its kept column's
-    assert [name for name, given, _ in seen if given] == ["normalize", "language", "quality", "blocklist", "pii"]
+    # the document steps after the first (html) are handed texts; all but the last hand theirs on
+    document_steps = ["html", "normalize", "language", "quality", "blocklist", "pii"]
+    assert [name for name, (given, _, _) in seen.items() if given] == document_steps[1:]
+    assert [name for name, (_, hand_on, _) in seen.items() if hand_on] == document_steps[:-1]
     # texts were rewritten by a step before a step that was handed them, and by the last
-    assert by_name["normalize"][1].stats.modified and by_name["pii"][1].stats.modified
-    for name in ("normalize", "language", "quality", "blocklist", "pii"):
-        result = by_name[name][1]
-        assert result.kept_texts == result.kept.column("text").to_pylist(), name
+    assert seen["normalize"][2].stats.modified and seen["quality"][2].stats.modified
+    assert seen["pii"][2].stats.modified
+    for name in document_steps[:-1]:
+        result, whole = seen[name][2], alone_kept[name]
+        assert "text" not in result.kept.schema.names, name
+        assert result.kept.equals(whole.drop_columns(["text"])), name
+        assert result.kept_texts.strings == whole.column("text").to_pylist(), name
+        assert result.kept_texts.sizes == text_bytes(whole.column("text")), name
+    assert seen["pii"][2].kept_texts is None and seen["pii"][2].kept.equals(alone_kept["pii"])
+
+
+def test_a_step_that_takes_no_texts_refuses_handed_ones():
+    guard = build_pipeline(CleaningSettings()).steps[0]
+    assert guard.name == "guard" and not guard.takes_texts
+    b = batch(["some text"])
+    handed = HandedTexts(["some text"], [9], b.schema.field("text"), b.schema.get_field_index("text"))
+    with pytest.raises(ValueError, match="does not take handed texts"):
+        guard.run(b.drop_columns(["text"]), handed)
 
 
 def test_funnel_counts_equal_the_exclusion_records_over_several_batches(pipeline):
