@@ -305,9 +305,12 @@ class LanguageFilter(DocumentStep):
         self._longest_band = max(settings.min_score_by_words, default=0)
 
     def load(self) -> None:
-        # the compiled walk and script pass with their tables (~0.2 s from numba's cache); the model
-        # itself stays lazy (see LanguageIdentifier._m)
+        # the compiled walk and script pass with their tables (~0.2 s from numba's cache), and the
+        # model (mapped from its cache file: ~0.03 s, its checksums; language_model_cache.py): a
+        # pipeline loads its steps before its first batch, never when it is built only for its schema
+        # (the cleaning stage's parent), so the model still stays out of processes that do not predict
         load_script_tables()
+        preload_model()
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any]:
         predictions = self.identifier.predict_many(texts)

@@ -372,24 +372,28 @@ _LOAD_ON_FIRST_BATCH = """
 import json
 import sys
 
-from platform_assets.cleaning import build_pipeline
+from platform_assets.cleaning import build_pipeline, language_id
 from platform_assets.schema import DOCUMENTS_SCHEMA
 import pyarrow as pa
 
 pipeline = build_pipeline()
 schema = pipeline.output_schema(DOCUMENTS_SCHEMA)
-built = "numba" in sys.modules
+built = "numba" in sys.modules, language_id._MODEL is not None
+pipeline.load()
+loaded = language_id._MODEL is not None
 batch = pa.RecordBatch.from_pylist(
     [{"id": "a", "source": "s", "text": sys.argv[1], "modality": "text"}], schema=DOCUMENTS_SCHEMA)
 result = pipeline.process_batch(batch)
-print(json.dumps({"numba_when_built": built, "numba_after_a_batch": "numba" in sys.modules,
-                  "kept": result.kept.num_rows, "columns": len(schema)}))
+print(json.dumps({"numba_when_built": built[0], "model_when_built": built[1], "model_when_loaded": loaded,
+                  "numba_after_a_batch": "numba" in sys.modules, "kept": result.kept.num_rows,
+                  "columns": len(schema)}))
 """
 
 
 def test_a_pipeline_loads_its_kernels_on_its_first_batch_not_when_built():
     """The cleaning stage's parent builds a pipeline for its step names and output schema while the
-    workers clean: building it must not import numba and load the kernels (~0.9 CPU-s for two sources)."""
+    workers clean: building it must not import numba and load the kernels (~0.9 CPU-s for two sources)
+    nor map the language model (~130 MB); loading it, before the first batch, does both."""
     import json
     import subprocess
     import sys
@@ -397,6 +401,6 @@ def test_a_pipeline_loads_its_kernels_on_its_first_batch_not_when_built():
     done = subprocess.run([sys.executable, "-c", _LOAD_ON_FIRST_BATCH, PROSE], capture_output=True, text=True,
                           timeout=300, check=True)
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result == {"numba_when_built": False, "numba_after_a_batch": True, "kept": 1,
-                      "columns": result["columns"]}
+    assert result == {"numba_when_built": False, "model_when_built": False, "model_when_loaded": True,
+                      "numba_after_a_batch": True, "kept": 1, "columns": result["columns"]}
     assert result["columns"] > len(DOCUMENTS_SCHEMA)  # the steps' added columns, from the unloaded pipeline
