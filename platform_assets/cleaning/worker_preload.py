@@ -12,9 +12,9 @@ from platform_assets.cleaning import (
     stage,  # noqa: F401 - the module a worker runs
 )
 from platform_assets.cleaning.language_id import preload_model
-from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels
+from platform_assets.cleaning.quality import array_vocab, kernels, line_stats, ngram_kernels, phrase_screen
 
-for _module in (kernels, ngram_kernels, line_stats, array_vocab, language_kernels, language_script, normalize,
-                guard_scan, pii_digits, blocklist_screen):
+for _module in (kernels, ngram_kernels, line_stats, array_vocab, phrase_screen, language_kernels, language_script,
+                normalize, guard_scan, pii_digits, blocklist_screen):
     _module.load()
 preload_model()

@@ -11,6 +11,8 @@ from itertools import compress
 from operator import methodcaller
 from typing import Literal
 
+import numpy as np
+
 from platform_assets.cleaning import presets
 from platform_assets.cleaning.quality.base import ENGLISH, Count, Langs, Preset, RuleSet, ScopedSettings
 from platform_assets.cleaning.quality.text_view import TextView
@@ -84,11 +86,12 @@ class C4(RuleSet):
         )
         # len(line.split(None, k)) < min_words_per_line  <=>  the line has fewer words: no full split
         self._min_words_split = s.min_words_per_line - 1 if s.min_words_per_line else None
-        self._phrase_groups = group_by_shared_word(
+        self._phrases = (
             (("lorem ipsum",) if s.filter_lorem_ipsum else ())
             + (("javascript",) if s.filter_javascript else ())
             + (presets.C4_POLICY_SUBSTRINGS if s.filter_policy else ())
         )
+        self._phrase_groups = group_by_shared_word(self._phrases)
 
     def check(self, view: TextView, counters: Counter[str]) -> Drop | str | None:
         s, text = self.s, view.text
@@ -102,8 +105,7 @@ class C4(RuleSet):
         # removed first, as per line: a line's lower-cased text is a substring of the document's).
         phrases = bool(self._phrase_groups)
         if phrases:
-            low_text = (_CITATION_RE.sub("", text) if cite else text).lower()
-            phrases = holds_any(low_text, self._phrase_groups)
+            phrases = self._holds_phrase(_CITATION_RE.sub("", text) if cite else text, view)
         curly = s.filter_curly_bracket and "{" in text
         # The compiled pass finds the kept lines where only the word count removes lines: no phrase in
         # the document (most have none) and no terminal-punctuation filter. Citations and curly
@@ -186,6 +188,19 @@ class C4(RuleSet):
             counters[f"{self.preset}.lines_removed.{reason}"] += n
         new_text = joined.strip()
         return new_text if new_text != text else None
+
+    def _holds_phrase(self, text: str, view: TextView) -> bool:
+        """Does the lower-cased `text` (the view's, or it without citations) hold one of the phrases?
+        One compiled pass over an ASCII text's bytes (phrase_screen), the view's where it is its text."""
+        if text.isascii():
+            from platform_assets.cleaning.quality import phrase_screen  # numba: where rules run
+
+            table = phrase_screen.phrase_table(self._phrases)
+            if table is not None:
+                points = view.code_points if text is view.text else None
+                data = points.chars if points is not None else np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+                return phrase_screen.holds_phrase(data, table)
+        return holds_any(text.lower(), self._phrase_groups)
 
     def _first_curly_line(self, text: str, starts: list[int], ends: list[int], cite: bool) -> Drop | None:
         """The line loop's curly-bracket drop over the compiled pass's kept lines ([starts, ends), in

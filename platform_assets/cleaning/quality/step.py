@@ -53,9 +53,10 @@ class QualityStep(DocumentStep):
             kernels,
             line_stats,
             ngram_kernels,
+            phrase_screen,
         )
 
-        for module in (kernels, ngram_kernels, line_stats, array_vocab):
+        for module in (kernels, ngram_kernels, line_stats, array_vocab, phrase_screen):
             module.load()
 
     def rule(self, local: str) -> str:
