@@ -10,9 +10,8 @@ those languages.
 from __future__ import annotations
 
 import importlib.resources
-import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
 DEFAULT_BLOCKLIST = "blocklist_en.txt"
 _WORD_RE = regex.compile(r"\w+")
-_ASCII_WORD_RE = re.compile(r"[0-9A-Za-z_]+")
 # Above this many listed words, substring tests per word cost more than splitting the text into words
 _MAX_SUBSTRING_TESTS = 64
 # Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar: written without spaces between words
@@ -68,6 +66,7 @@ class Blocklist:
         # first words of multi-word phrases: n-grams are only built where a phrase can start
         self.phrase_starts = {p[0] for n, ps in self.phrases.items() if n > 1 for p in ps}
         self.first_words = tuple(self.single_words | self.phrase_starts)
+        self._first_word_hashes: Any = None  # their hashes (blocklist_words), made on the first search
         # The substring test needs only the first words that hold no other one ("porno", "pornography"
         # hold "porn"): one of them is in a text iff one of first_words is (shipped list: 21 of 28).
         # Only short lists use it, and finding them is quadratic: for 50,000 terms it took ~160 s.
@@ -99,27 +98,45 @@ class Blocklist:
         # texts at memchr speed, without splitting them into words.
         searched = self.phrases and may_hold_words and (
             len(self.first_words) > _MAX_SUBSTRING_TESTS or any(w in folded for w in self.screen_words))
-        # `re` on ASCII text: the same words (\w is [0-9A-Za-z_] there in both engines), ~2x faster
-        words = (_ASCII_WORD_RE if folded.isascii() else _WORD_RE).findall(folded) if searched else []
-        # Most texts hold no listed word and no phrase's first word: two set tests in C settle that,
-        # where the loop below costs ~100 ns a word.
-        if self.single_words.isdisjoint(words) and self.phrase_starts.isdisjoint(words):
-            words = []
-        for i, w in enumerate(words):
-            if (w,) in self.single:
-                found.setdefault(w)
-            if w not in self.phrase_starts:
-                continue
-            for n in range(2, self.max_len + 1):
-                gram = tuple(words[i : i + n])
-                if len(gram) == n and gram in self.phrases.get(n, ()):
-                    found.setdefault(" ".join(gram))
-            if limit is not None and len(found) >= limit:
-                return list(found)
+        if searched and self._find_words(folded, found, limit):
+            return list(found)
         for term in self.substrings:
             if term in folded:
                 found.setdefault(term)
         return list(found)
+
+    def _find_words(self, folded: str, found: dict[str, None], limit: int | None) -> bool:
+        """Adds the listed words and phrases among `folded`'s words to `found`, in order of appearance;
+        True where it stopped at `limit`. The words from one compiled pass that makes strings only of
+        those that may be listed first words (blocklist_words), `regex.findall` beyond the BMP."""
+        from platform_assets.cleaning import blocklist_words  # numba: where the step runs
+
+        if self._first_word_hashes is None:
+            self._first_word_hashes = blocklist_words.wanted_hashes(self.single_words | self.phrase_starts)
+        words = blocklist_words.words_of(folded, self._first_word_hashes)
+        if words is None:
+            tokens = _WORD_RE.findall(folded)
+            return self._scan(len(tokens), range(len(tokens)), tokens.__getitem__, found, limit)
+        starts, ends = words.starts, words.ends
+        return self._scan(len(starts), words.candidates, lambda i: folded[starts[i]:ends[i]], found, limit)
+
+    def _scan(self, n_words: int, positions: Iterable[int], word: Callable[[int], str], found: dict[str, None],
+              limit: int | None) -> bool:
+        """The words at `positions` (in order; every word that may be a listed or phrase-first word):
+        listed words, and phrases from each phrase-first word on, added to `found`; True at `limit`."""
+        for i in positions:
+            w = word(i)
+            if (w,) in self.single:
+                found.setdefault(w)
+            if w not in self.phrase_starts:
+                continue
+            for n in range(2, min(self.max_len, n_words - i) + 1):
+                gram = tuple(word(j) for j in range(i, i + n))
+                if gram in self.phrases.get(n, ()):
+                    found.setdefault(" ".join(gram))
+            if limit is not None and len(found) >= limit:
+                return True
+        return False
 
 
 class BlocklistFilter(DocumentStep):
@@ -136,7 +153,10 @@ class BlocklistFilter(DocumentStep):
         self.blocklist = Blocklist(terms if terms is not None else read_terms(settings.path))
 
     def load(self) -> None:
+        from platform_assets.cleaning import blocklist_words  # numba: where the step runs
+
         self.blocklist.screen([])  # the screen's character table (~25 ms, once per process)
+        blocklist_words.load()  # the word pass's kernel
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any] | None:
         return self.blocklist.screen(texts)
