@@ -205,9 +205,12 @@ _HEADING_BEFORE_RE = re.compile(r"(?:^|\n|[.!?。：:]\s|\s\s)[^\S\n]*$")
 
 class DigitChain(NamedTuple):
     """A detector's gate: the text holds pii_digits' chain of digits (`which`: 0 card, 1 phone), or the
-    pattern can find nothing it would replace."""
+    pattern can find nothing it would replace; and where it searches then: each chain with `before`
+    characters before it and `after` after it (_substitute_in_spans)."""
 
     which: int
+    before: int
+    after: int
 
 
 # type, pattern, validator of the match (None: any), what must be present for the pattern to run, group
@@ -236,10 +239,12 @@ class Redactor:
             ("GITHUB_TOKEN", _GITHUB_TOKEN_RE, None, None, 0),
             ("SLACK_TOKEN", _SLACK_TOKEN_RE, None, ("xox",), 0),
             ("EMAIL", _EMAIL_RE, None, ("@",), 0),
-            ("CREDIT_CARD", _CARD_RE, lambda m: is_card_number(m.group(0)), DigitChain(0), 0),
+            # a card number starts and ends with a digit; a phone number may start with "+" or "(" and
+            # end with ")" (_substitute_in_spans)
+            ("CREDIT_CARD", _CARD_RE, lambda m: is_card_number(m.group(0)), DigitChain(0, 0, 0), 0),
             ("IP_ADDRESS", _IPV4_RE, self._ipv4_ok, _IPV4_HINT_RE, 0),
             ("IP_ADDRESS", _IPV6_RE, self._ipv6_ok, _IPV6_HINT_RE, 0),
-            ("PHONE", _PHONE_RE, _phone_ok, DigitChain(1), 0),
+            ("PHONE", _PHONE_RE, _phone_ok, DigitChain(1, 1, 1), 0),
         ]
         self.detectors = [d for d in detectors if d[0] in enabled]
 
@@ -307,18 +312,22 @@ class Redactor:
         """One pass of `detectors`: the text, the replacements, the index of the last detector that
         replaced something (-1: none)."""
         total, last_replacing = 0, -1
-        chains: tuple[str, tuple[bool, bool]] | None = None  # pii_digits' answer, and the text it is for
+        chains: tuple[str, pii_digits.DigitChains] | None = None  # pii_digits' answer, and the text it is for
         for index, (kind, pattern, valid, needles, group) in enumerate(detectors):
+            spans = None
             if isinstance(needles, DigitChain):
                 if chains is None or chains[0] is not text:  # a replacement before may have changed it
                     chains = (text, pii_digits.digit_chains(text))
-                if not chains[1][needles.which]:
+                found = chains[1][needles.which]
+                if not found:
                     continue
+                spans = (found, needles.before, needles.after)
             elif needles is not None and not (
                 needles.search(text) if isinstance(needles, re.Pattern) else any(x in text for x in needles)
             ):
                 continue
-            text, hits = _substitute(text, pattern, valid, group, self.placeholders[kind], _SEARCH_NEAR.get(pattern))
+            text, hits = _substitute(text, pattern, valid, group, self.placeholders[kind], _SEARCH_NEAR.get(pattern),
+                                     spans)
             if hits:
                 total += hits
                 last_replacing = index
@@ -334,9 +343,11 @@ def _substitute(
     group: int,
     placeholder: str,
     near: tuple[str, int, int] | None = None,
+    spans: tuple[list[tuple[int, int]], int, int] | None = None,
 ) -> tuple[str, int]:
     """Replace the valid matches of `pattern` (or just their `group`) by `placeholder`; with `near`
-    (_SEARCH_NEAR), searching only around that character's occurrences."""
+    (_SEARCH_NEAR), searching only around that character's occurrences; with `spans` (a DigitChain's
+    chains, before, after), only around those (_substitute_in_spans)."""
     hits = 0
 
     def replace(m: re.Match[str]) -> str:
@@ -351,6 +362,8 @@ def _substitute(
 
     # windows of (before + after) characters per occurrence: beyond one occurrence per window's width
     # they would cover the text more than once, where sub's scan is linear ("a@" * 1_000_000)
+    if spans is not None:
+        return _substitute_in_spans(text, pattern, replace, *spans), hits
     if near is None or _count_anchors(text, near[0]) * (near[1] + near[2]) > len(text):
         return pattern.sub(replace, text), hits
     return _substitute_near(text, pattern, replace, near), hits
@@ -394,6 +407,51 @@ def _substitute_near(text: str, pattern: re.Pattern[str], replace: Callable[[re.
             i = _find_anchor(text, anchor, max(searched_to, i + 1))
         else:
             i = _find_anchor(text, anchor, i + 1)
+    if not out:
+        return text
+    out.append(text[copied:])
+    return "".join(out)
+
+
+# The most characters the digit patterns' final lookaheads read past a match: _CARD_RE's (?![ -]?\d|\w)
+# and _PHONE_RE's (?![\w-]|\.\d) read two.
+_LOOKAHEAD = 2
+
+
+def _substitute_in_spans(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str],
+                         chains: list[tuple[int, int]], before: int, after: int) -> str:
+    """pattern.sub(replace, text) for _CARD_RE and _PHONE_RE, given the text's chains of their kind
+    (pii_digits; in order) and how far a match reaches before a chain's first digit and after its last:
+    the regions [start - before, end + after) of the chains, overlapping ones joined, are searched from
+    left to right as sub searches, each to `_LOOKAHEAD` characters past its end.
+
+    Why the same replacements (pii_digits' docstring has the chains): a match that `replace` changes
+    holds a chain's worth of digits (13 for a card, 9 for a valid phone number), and every match that
+    holds one of a chain's digits holds only that chain's digits, since between two consecutive digits
+    of a match stand at most the gap characters a chain allows; it lies in the chain's region: a card
+    match starts and ends with a digit, a phone match has at most "+" or "(" before its first digit and
+    ")" after its last. A match that holds no chain digit cannot reach into a region either: it would
+    end with a digit or ")" right before the chain (one chain with it, then) or start with "+" or "("
+    right after its last digit (which the patterns' first lookbehind refuses). So sub's matches in a
+    region follow from the region's start alone, as the search here finds them; the matches outside
+    every region change nothing (`replace` keeps them as they are)."""
+    regions: list[list[int]] = []
+    for start, end in chains:
+        lo, hi = max(0, start - before), min(len(text), end + after)
+        if regions and lo <= regions[-1][1]:
+            regions[-1][1] = max(regions[-1][1], hi)
+        else:
+            regions.append([lo, hi])
+    out: list[str] = []
+    copied = 0  # text[:copied] is in `out`
+    for lo, hi in regions:
+        pos = max(lo, copied)
+        while pos < hi:
+            m = pattern.search(text, pos, min(len(text), hi + _LOOKAHEAD))
+            if m is None or m.start() >= hi:
+                break
+            out += (text[copied:m.start()], replace(m))
+            copied = pos = m.end()
     if not out:
         return text
     out.append(text[copied:])

@@ -33,6 +33,12 @@ def test_a_text_turned_away_has_no_card_and_no_valid_phone():
     for _ in range(6000):
         text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 14)))
         card, phone = digit_chains(text)
+        for spans, pattern in ((card, _CARD_RE), (phone, _PHONE_RE)):  # each match lies in one region
+            for m in pattern.finditer(text):
+                digits = [i for i in range(m.start(), m.end()) if text[i].isdigit()]
+                inside = [(a, b) for a, b in spans if a - 1 <= m.start() and m.end() <= b + 1]
+                if len(digits) >= (13 if pattern is _CARD_RE else 9):
+                    assert inside, (repr(text), m.span(), spans)
         if not card:
             turned_away[0] += 1
             assert _CARD_RE.search(text) is None, repr(text)
@@ -44,21 +50,31 @@ def test_a_text_turned_away_has_no_card_and_no_valid_phone():
     assert min(turned_away.values()) > 500 and min(found.values()) > 500, (turned_away, found)
 
 
+def _found(text: str) -> tuple[bool, bool]:
+    card, phone = digit_chains(text)
+    return bool(card), bool(phone)
+
+
 def test_chains_at_their_lengths_and_the_python_form_agrees():
-    assert digit_chains("1" * 13) == (True, True) and digit_chains("1" * 12) == (False, True)
-    assert digit_chains("1" * 8) == (False, False) and digit_chains("1 2-3" + "4" * 6) == (False, True)
-    assert digit_chains("1-" * 12 + "1") == (True, True) and digit_chains("1--" * 12 + "1") == (False, True)
-    assert digit_chains("1)-(" + "1" * 8) == (False, True)  # three gap characters: ") (" in "(415) 555"
-    assert digit_chains("1)-((" + "1" * 8) == (False, False)  # four break a phone chain
-    assert digit_chains("１" * 13) == (True, True)  # fullwidth digits are `re`'s \d too
-    assert digit_chains("1,2,3,4,5,6,7,8,9") == (False, False)
+    assert _found("1" * 13) == (True, True) and _found("1" * 12) == (False, True)
+    assert _found("1" * 8) == (False, False) and _found("1 2-3" + "4" * 6) == (False, True)
+    assert _found("1-" * 12 + "1") == (True, True) and _found("1--" * 12 + "1") == (False, True)
+    assert _found("1)-(" + "1" * 8) == (False, True)  # three gap characters: ") (" in "(415) 555"
+    assert _found("1)-((" + "1" * 8) == (False, False)  # four break a phone chain
+    assert _found("１" * 13) == (True, True)  # fullwidth digits are `re`'s \d too
+    assert _found("1,2,3,4,5,6,7,8,9") == (False, False)
+    # where they are: from the first digit to after the last, every chain of the text, in order
+    text = "call +1 (415) 555-0132 or 4111 1111 1111 1111, ref 12345678 and ٣٣٣٣٣٣٣٣٣"
+    assert digit_chains(text) == ([(26, 45)], [(6, 22), (26, 45), (64, 73)])
+    assert digit_chains("12345678901234 x 98765432109876") == ([(0, 14), (17, 31)], [(0, 14), (17, 31)])
     import numpy as np
 
     from platform_assets.cleaning.pii_digits import _tables
 
     for text in ("4111 1111 1111 1111", "+44 20 7946 0958", "abc", "٣" * 9):
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        assert chains(points, *_tables(), 13, 1, 9, 3) == digit_chains(text), text
+        card, phone = chains(points, *_tables(), 13, 1, 9, 3)
+        assert [list(map(tuple, card.tolist())), list(map(tuple, phone.tolist()))] == list(digit_chains(text))
 
 
 def test_redaction_with_and_without_the_gate_is_the_same():
@@ -76,3 +92,22 @@ def test_redaction_with_and_without_the_gate_is_the_same():
             redacted += got[1] > 0
     assert redacted > 1000
     assert any(isinstance(d[3], DigitChain) for d in pii.Redactor().detectors)
+
+
+def test_numbers_that_end_at_a_regions_edge_are_redacted_as_without_the_regions():
+    """The chains' regions (pii._substitute_in_spans) reach one character past a phone number's last
+    digit (its ")") and the patterns' two-character lookaheads past that: numbers followed by what the
+    lookaheads read, next to other chains, and joined to them by one character."""
+    numbers = ["+44 20 7946 (0958)", "+1 (415) 555-0132", "(415) 555-0132", "4111 1111 1111 1111", "020 7946 0958",
+               "+33 1 23 45 67 89"]
+    tails = ["", ".", ".5", ".a", ")", ")-", "-", "a", " 1", "x+44 20 7946 0958", "(0958)", "/4111111111111111"]
+    heads = ["", "+", "(", "x", "1 ", "tel:", "+44 20 7946 0958x"]
+    checked = 0
+    for number in numbers:
+        for head in heads:
+            for tail in tails:
+                text = f"{head}{number}{tail}"
+                got, plain = Redactor().redact(text, Counter()), _ungated().redact(text, Counter())
+                assert got == plain, repr(text)
+                checked += got[1] > 0
+    assert checked > 120
