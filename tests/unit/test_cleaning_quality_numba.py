@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from platform_assets.cleaning import presets
-from platform_assets.cleaning.quality import kernels, line_stats, ngram_kernels
+from platform_assets.cleaning.quality import kernels, line_stats, ngram_kernels, phrase_screen
 from platform_assets.cleaning.quality.array_vocab import array_vocab
 from platform_assets.cleaning.quality.c4 import C4, C4Settings
 from platform_assets.cleaning.quality.ngrams import (
@@ -326,7 +326,8 @@ def test_load_covers_every_signature_the_quality_step_uses():
     dispatchers = [kernels.token_vocab, kernels.ranges_with_flag, ngram_kernels.ngram_check_values,
                    line_stats.newline_positions, line_stats.piece_duplicates_at, kernels.lowered_present,
                    line_stats._kept_lines_at, line_stats._bullet_ellipsis_lines_at, line_stats._nonblank_line_stats_at,
-                   line_stats.other_line_breaks, line_stats.line_break_positions, kernels.token_count]
+                   line_stats.other_line_breaks, line_stats.line_break_positions, kernels.token_count,
+                   phrase_screen._holds_phrase]
     before = [len(d.signatures) for d in dispatchers]
     assert all(before)
     rng = random.Random(3)

@@ -23,6 +23,7 @@ import numpy as np
 
 from platform_assets.cleaning.quality.kernels import (
     JOINER,
+    NOT_ASCII_LOWER,
     OTHER,
     SPACE,
     WORD,
@@ -80,6 +81,25 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def load() -> None:
     """The BMP tables, once per process (the quality step's load calls it)."""
     _bmp_tables()
+    lower_to_ascii(4)
+
+
+@lru_cache(maxsize=2)
+def lower_to_ascii(itemsize: int) -> np.ndarray | None:
+    """Per code point of ASCII text (`itemsize` 1) or of the BMP (4): the one ASCII character str.lower
+    makes of it, or kernels.NOT_ASCII_LOWER (the kernel's table for a token equal to an ASCII word once
+    lower-cased: beyond ASCII, only the Kelvin sign in Python 3.11's Unicode data); None where a
+    character lowers to more than one character all ASCII (then no table holds it: strings decide).
+    ~15 ms for the BMP, once."""
+    size = 256 if itemsize == 1 else 0x10000  # 128-255 never occur in ASCII text: NOT_ASCII_LOWER
+    table = np.full(size, NOT_ASCII_LOWER, dtype=np.uint8)
+    for c in range(size):
+        lowered = chr(c).lower()
+        if lowered.isascii():
+            if len(lowered) != 1:
+                return None
+            table[c] = ord(lowered)
+    return table
 
 
 def code_points(text: str) -> CodePoints | None:
@@ -135,7 +155,8 @@ class Spans:
         if not words or not all(w.isascii() and 0 < len(w) <= 7 for w in words):
             return None if words else set()
         chars = self.points.chars
-        if chars.dtype != np.uint8:  # str.lower of other characters can give ASCII (K, the Kelvin sign)
+        lower = lower_to_ascii(chars.itemsize)
+        if lower is None:  # str.lower of a character gives more than one ASCII character: strings
             lengths = self.ends - self.starts
             sizes = [len(w) for w in words]
             pick = np.flatnonzero((lengths >= min(sizes)) & (lengths <= max(sizes)))  # only those that can equal one
@@ -143,7 +164,8 @@ class Spans:
             return words.intersection(text[a:b].lower() for a, b in
                                       zip(self.starts[pick].tolist(), self.ends[pick].tolist(), strict=True))
         ordered, targets = _packed(words)
-        return {ordered[i] for i in np.flatnonzero(lowered_present(chars, self.starts, self.ends, targets)).tolist()}
+        found = lowered_present(chars, self.starts, self.ends, targets, lower)
+        return {ordered[i] for i in np.flatnonzero(found).tolist()}
 
 
 class _Strings(Sequence):

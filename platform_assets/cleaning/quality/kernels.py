@@ -33,6 +33,7 @@ if _KERNEL_CACHE is not None:
 
 # Character kinds (array_vocab's tables): 0 space, 1 word character, 2 joiner [-'’.], 3 anything else
 SPACE, WORD, JOINER, OTHER = 0, 1, 2, 3
+NOT_ASCII_LOWER = 255  # lowered_present's table value for a character str.lower makes no ASCII character of
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: Fibonacci hashing of int64 keys
@@ -56,7 +57,11 @@ def load() -> None:
         _, _, _, starts, ends = token_vocab(chars, kinds)
         ranges_with_flag(chars, letters, starts, ends)
         token_count(chars, kinds)
-    lowered_present(ascii_chars, starts, ends, np.zeros(1, dtype=np.uint64))
+    from platform_assets.cleaning.quality.array_vocab import lower_to_ascii
+
+    for chars in (ascii_chars, np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
+        _, _, _, starts, ends = token_vocab(chars, kinds)
+        lowered_present(chars, starts, ends, np.zeros(1, dtype=np.uint64), lower_to_ascii(chars.itemsize))
     _loaded = True
 
 
@@ -330,9 +335,10 @@ def repeated_ranges(chars, starts, ends, n):
 
 
 @compiled
-def lowered_present(chars, starts, ends, targets):
+def lowered_present(chars, starts, ends, targets, lower):
     """Per packed word in `targets` (sorted; array_vocab._pack: ASCII bytes little-endian, length in
-    the top byte): is it some range of the ASCII `chars` once A-Z are lower-cased (str.lower)?"""
+    the top byte): is it some range of `chars` once lower-cased? `lower` maps a code point to the one
+    ASCII character str.lower makes of it, or to NOT_ASCII_LOWER (array_vocab.lower_to_ascii)."""
     found = np.zeros(targets.size, dtype=np.bool_)
     for r in range(starts.size):
         a, b = starts[r], ends[r]
@@ -340,13 +346,14 @@ def lowered_present(chars, starts, ends, targets):
             continue
         key = np.uint64(b - a) << np.uint64(56)
         for k in range(b - a):
-            c = chars[a + k]
-            if 65 <= c <= 90:
-                c += 32
+            c = lower[chars[a + k]]
+            if c == NOT_ASCII_LOWER:
+                break
             key |= np.uint64(c) << np.uint64(8 * k)
-        i = np.searchsorted(targets, key)
-        if i < targets.size and targets[i] == key:
-            found[i] = True
+        else:
+            i = np.searchsorted(targets, key)
+            if i < targets.size and targets[i] == key:
+                found[i] = True
     return found
 
 
