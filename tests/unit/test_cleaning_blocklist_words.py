@@ -2,7 +2,7 @@
 `regex.findall(r"\\w+")`'s on case-folded text of every kind of character the two could read apart
 (combining marks, digits of other scripts, connector punctuation, joiners, symbols, text beyond the
 BMP, which keeps `findall`); no listed word is missed by the hash screen; and Blocklist.matches gives
-the word-by-word loop's answer on such text, limits included."""
+the word-by-word loop's answer (test_cleaning_pii_blocklist's reference) on such text, limits included."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import regex
+from test_cleaning_pii_blocklist import _matches_word_by_word
 
 from platform_assets.cleaning import blocklist_words
 from platform_assets.cleaning.blocklist import Blocklist
@@ -56,27 +57,6 @@ def test_the_hash_is_the_kernels():
         assert found is not None and len(found.candidates) == 1, w
 
 
-def _word_by_word(b: Blocklist, text: str, limit: int | None) -> list[str]:
-    """Blocklist.matches as it was: every `regex` word of the folded text through the loop."""
-    folded, found = text.casefold(), {}
-    words = regex.findall(r"\w+", folded)
-    for i, w in enumerate(words):
-        if (w,) in b.single:
-            found.setdefault(w)
-        if w not in b.phrase_starts:
-            continue
-        for n in range(2, b.max_len + 1):
-            gram = tuple(words[i: i + n])
-            if len(gram) == n and gram in b.phrases.get(n, ()):
-                found.setdefault(" ".join(gram))
-        if limit is not None and len(found) >= limit:
-            return list(found)
-    for term in b.substrings:
-        if term in folded:
-            found.setdefault(term)
-    return list(found)
-
-
 def test_matches_give_the_word_by_word_answer_on_text_of_every_kind():
     rng = random.Random(52)
     b = Blocklist(["porn", "hot singles", "sex cam now", "x_y", "a\u0301", "日本"])
@@ -84,7 +64,7 @@ def test_matches_give_the_word_by_word_answer_on_text_of_every_kind():
     for _ in range(3000):
         text = _text(rng, 16)
         for limit in (None, 1, 2):
-            expected = _word_by_word(b, text, limit)
+            expected = _matches_word_by_word(b, text, limit)
             assert b.matches(text, limit=limit) == expected, (text, limit)
             hits += bool(expected)
     assert hits > 2000
