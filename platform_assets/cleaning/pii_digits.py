@@ -10,7 +10,7 @@ text (~8 ns a character for `re`'s Unicode \\d: 0.029 and 0.039 CPU-s on the cle
 534 texts, of which 21 hold a card chain and 133 a phone chain; the pii step 0.148 -> 0.110 CPU-s).
 
 The pass also says where the chains are, and pii.py searches the two patterns only there
-(pii._substitute_in_spans, which argues why that finds the same matches): the phone pattern on the
+(pii_search.substitute_in_spans, which argues why that finds the same matches): the phone pattern on the
 benchmark's 79 texts with a phone chain 25 -> 1.2 ms, the card pattern on its 25 with a card chain
 7.6 -> 0.5 ms (loaded machine).
 """

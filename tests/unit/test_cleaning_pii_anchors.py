@@ -17,15 +17,15 @@ from platform_assets.cleaning.pii import (
     _IPV6_RE,
     _SEARCH_NEAR,
     Redactor,
-    _substitute_near,
 )
+from platform_assets.cleaning.pii_search import substitute_near
 
 
 def _both(text: str, pattern, keep_even: bool = True) -> tuple[str, str]:
     def replace(m) -> str:  # every other match kept: invalid matches are consumed as sub consumes them
         return m.group(0) if keep_even and len(m.group(0)) % 2 == 0 else f"<{m.start()}:{m.end()}>"
 
-    return pattern.sub(replace, text), _substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
+    return pattern.sub(replace, text), substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
 
 
 def _key(rng: random.Random, n: int) -> str:

@@ -95,7 +95,7 @@ def test_redaction_with_and_without_the_gate_is_the_same():
 
 
 def test_numbers_that_end_at_a_regions_edge_are_redacted_as_without_the_regions():
-    """The chains' regions (pii._substitute_in_spans) reach one character past a phone number's last
+    """The chains' regions (pii_search.substitute_in_spans) reach one character past a phone number's last
     digit (its ")") and the patterns' two-character lookaheads past that: numbers followed by what the
     lookaheads read, next to other chains, and joined to them by one character."""
     numbers = ["+44 20 7946 (0958)", "+1 (415) 555-0132", "(415) 555-0132", "4111 1111 1111 1111", "020 7946 0958",

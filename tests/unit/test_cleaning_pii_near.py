@@ -1,4 +1,4 @@
-"""pii._substitute_near (e-mail addresses searched only around each "@", IPv6 candidates around each
+"""pii_search.substitute_near (e-mail addresses searched only around each "@", IPv6 candidates around each
 ":") gives exactly pattern.sub's result: on generated texts dense in the patterns' characters, at the
 bounds of the local part (64) and the domain (8 labels, 24-letter TLD) and of IPv6's 8 groups, with
 matches back to back and invalid ones in between."""
@@ -9,7 +9,8 @@ import random
 from collections import Counter
 
 from platform_assets.cleaning import pii
-from platform_assets.cleaning.pii import _EMAIL_RE, _IPV6_RE, _SEARCH_NEAR, Redactor, _substitute_near
+from platform_assets.cleaning.pii import _EMAIL_RE, _IPV6_RE, _SEARCH_NEAR, Redactor
+from platform_assets.cleaning.pii_search import substitute_near
 
 _PIECES = ["a", "Z", "9", "_", ".", "-", "+", "%", "@", " ", "\n", "é", "x.y", "@@", "..", "com", "org",
            "a" * 63, "b" * 64, "c" * 65, "d" * 25, ".de", "-x", "@a.b", "(", "<", ">", ",", ":"]
@@ -27,7 +28,7 @@ def _both(text: str, pattern=_EMAIL_RE) -> tuple[str, str]:
     def replace(m) -> str:  # every other match kept: invalid matches are consumed as sub consumes them
         return "<X>" if len(m.group(0)) % 2 else m.group(0)
 
-    return pattern.sub(replace, text), _substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
+    return pattern.sub(replace, text), substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
 
 
 def test_the_same_result_as_sub_on_generated_text():
