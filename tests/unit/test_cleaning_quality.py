@@ -545,3 +545,26 @@ def test_every_registered_preset_is_a_config_key_with_its_own_module():
         assert importlib.import_module(f"platform_assets.cleaning.quality.{name}").PRESET is entry
     with pytest.raises(ValueError, match="does not match any of the expected tags"):
         CleaningSettings(quality=[{"preset": "toxicity"}])
+
+
+def test_a_views_properties_are_computed_once_and_can_be_given(monkeypatch):
+    """TextView's once-computed properties (text_view._computed_once, cached_property without its
+    lock): the first access computes and stores in the instance, later ones read it back; a value put
+    in the instance's __dict__ first is what every access reads (the tests hand over vocabularies so)."""
+    from platform_assets.cleaning.quality import text_view
+
+    calls = Counter()
+    real = text_view.split_words
+
+    def counted(text):
+        calls["split"] += 1
+        return real(text)
+
+    monkeypatch.setattr(text_view, "split_words", counted)
+    view = text_view.TextView("one two two three")
+    assert view.tokens == ["one", "two", "two", "three"] and view.tokens is view.tokens
+    assert calls["split"] == 1 and view.__dict__["tokens"] is view.tokens
+    given = text_view.TextView("anything")
+    given.__dict__["tokens"] = ["handed"]
+    assert given.tokens == ["handed"] and calls["split"] == 1
+    assert isinstance(text_view.TextView.__dict__["tokens"], text_view._computed_once)
