@@ -28,6 +28,18 @@ def _both(text: str, pattern, keep_even: bool = True) -> tuple[str, str]:
     return pattern.sub(replace, text), substitute_near(text, pattern, replace, _SEARCH_NEAR[pattern])
 
 
+def _generated_texts_agree(rng: random.Random, pattern, pieces: list[str], most_pieces: int) -> int:
+    """_both on 4,000 texts of up to `most_pieces` random pieces (asserting the same result on each);
+    how many held a match."""
+    matched = 0
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, most_pieces)))
+        expected, got = _both(text, pattern)
+        assert got == expected, repr(text)
+        matched += pattern.search(text) is not None
+    return matched
+
+
 def _key(rng: random.Random, n: int) -> str:
     return "".join(rng.choice("ABCxyz0189/+") for _ in range(n))
 
@@ -61,32 +73,18 @@ def test_aws_secret_windows_equal_sub():
 
 
 def test_ipv6_windows_on_code_dense_in_colons():
-    rng = random.Random(32)
     pieces = ["std::", "::", ":", "a", "f", "0", "1:2", "fe80::1", "2001:db8::8a2e:370:7334", "def f():", "\n",
               " ", "x:y:z", "12:30:45", "ffff:" * 3, "1:2:3:4:5:6:7:8", ":::", "é", "."]
-    matched = 0
-    for _ in range(4000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 20)))
-        expected, got = _both(text, _IPV6_RE)
-        assert got == expected, repr(text)
-        matched += _IPV6_RE.search(text) is not None
-    assert matched > 1000
+    assert _generated_texts_agree(random.Random(32), _IPV6_RE, pieces, 20) > 1000
 
 
 def test_ipv4_windows_on_text_dense_in_digits_and_dots():
     """IPv4 candidates searched around their hint (".d.d.d"): numbers, versions, dotted runs longer
     than an address, digits right before or after, and the two characters the final lookahead reads
     (".5", ".a") at every distance from the window's end."""
-    rng = random.Random(35)
     pieces = ["1", "12", "123", "1234", ".", "..", "10.0.0.1", "192.168.1.254", "1.2.3.4.5", "v", "a", " ", "\n",
               "/", "-", ",", "256.1.1.1", "8.8.8.8.", "0", "é", "http://", "version 2.6.32.1"]
-    matched = 0
-    for _ in range(4000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
-        expected, got = _both(text, _IPV4_RE)
-        assert got == expected, repr(text)
-        matched += _IPV4_RE.search(text) is not None
-    assert matched > 1000
+    assert _generated_texts_agree(random.Random(35), _IPV4_RE, pieces, 16) > 1000
     for ending in ("", ".", ".5", ".a", "a", "5", " ", ". "):
         for address in ("1.2.3.4", "123.123.123.123", "12.3.45.6"):
             text = f"x {address}{ending}"
