@@ -39,10 +39,6 @@ class HandedTexts:
             sizes[row] = utf8_size(strings[row] or "")
         return HandedTexts(strings, sizes, self.field, self.index)
 
-    def attach(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """`batch` (without a text column, rows in this order) with the column built from the strings."""
-        return attach_texts(batch, self.strings, self.field, self.index)
-
 
 def attach_texts(batch: pa.RecordBatch, strings: list[str | None], field: pa.Field, index: int) -> pa.RecordBatch:
     """`batch` (without a text column) with `strings` as its text column `field`, at `index`."""
