@@ -50,6 +50,8 @@ def load() -> None:
     global _loaded
     if _loaded:
         return
+    from platform_assets.cleaning.quality.array_vocab import lower_to_ascii
+
     kinds = np.zeros(256, dtype=np.uint8)
     letters = np.zeros(256, dtype=np.int32)
     ascii_chars = np.frombuffer(b"ab", dtype=np.uint8)  # read-only, as array_vocab's buffers
@@ -57,10 +59,6 @@ def load() -> None:
         _, _, _, starts, ends = token_vocab(chars, kinds)
         ranges_with_flag(chars, letters, starts, ends)
         token_count(chars, kinds)
-    from platform_assets.cleaning.quality.array_vocab import lower_to_ascii
-
-    for chars in (ascii_chars, np.frombuffer("ab".encode("utf-32-le"), dtype=np.uint32)):
-        _, _, _, starts, ends = token_vocab(chars, kinds)
         lowered_present(chars, starts, ends, np.zeros(1, dtype=np.uint64), lower_to_ascii(chars.itemsize))
     _loaded = True
 
