@@ -198,6 +198,37 @@ def _parquet_paths(columns: Sequence[str]) -> list[str]:
     return [f"{c.split('.', 1)[0]}.list.element.{c.split('.', 1)[1]}" if "." in c else c for c in columns]
 
 
+# Local reads without pre-buffering go through a buffered stream of this size instead of reading a
+# column chunk whole: a 61 MB row group of text (17-24 MB compressed) peaked +100-132 MB over the
+# process while read, +80-117 MB with the 1 MiB stream (pipeline_scaling's 1x and 16x dedup outputs)
+READ_BUFFER_BYTES = 2**20
+
+
+def _part_files_read(storage: Storage, rel_dir: str, columns: Sequence[str] | None, pre_buffer: bool
+                     ) -> Iterator[tuple[pq.ParquetFile, list[str] | None, list[str] | None, str]]:
+    """(file, Parquet columns to read, top-level columns to select after the upgrade or None, path) of
+    each part; `top` is None where the part needs no upgrade (then its batches are read as they are)."""
+    for path in part_files(storage, rel_dir):
+        with storage.fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f, pre_buffer=pre_buffer, buffer_size=0 if pre_buffer else READ_BUFFER_BYTES)
+            if schema_tag(pf.schema_arrow) not in UPGRADABLE_TAGS:
+                check_documents_version(pf.schema_arrow, path)
+                yield pf, (_parquet_paths(columns) if columns else None), None, path
+                continue
+            top = _top_level(columns) if columns else None
+            # v1 files have no `media` column to read (the upgrade adds it); v2 files upgrade theirs
+            has_media = "media" in pf.schema_arrow.names
+            wanted = [c for c in top if has_media or c != "media"] if top else None
+            yield pf, wanted, top or [], path
+
+
+def _as_read(batch: pa.RecordBatch, top: list[str] | None, path: str) -> pa.RecordBatch:
+    if top is None:
+        return batch
+    batch = upgrade_documents(batch, path)
+    return batch.select(top) if top else batch
+
+
 def read_batches(
     storage: Storage, rel_dir: str, columns: Sequence[str] | None = None, batch_rows: int = DEFAULT_IO.batch_rows,
     pre_buffer: bool = True, batch_bytes: int | None = None,
@@ -210,21 +241,38 @@ def read_batches(
     the whole part first: on a 237 MB part of images, 79 MiB of Arrow memory instead of 280 MiB.
     `batch_bytes`: batches are whole row groups, consecutive ones joined up to `batch_rows` rows and
     `batch_bytes` of the selected columns (`row_group_batches`); without it, `batch_rows` rows each."""
-    for path in part_files(storage, rel_dir):
-        with storage.fs.open_input_file(path) as f:
-            pf = pq.ParquetFile(f, pre_buffer=pre_buffer)
-            if schema_tag(pf.schema_arrow) not in UPGRADABLE_TAGS:
-                check_documents_version(pf.schema_arrow, path)
-                wanted = _parquet_paths(columns) if columns else None
-                yield from _part_batches(pf, wanted, batch_rows, batch_bytes)
-                continue
-            top = _top_level(columns) if columns else None
-            # v1 files have no `media` column to read (the upgrade adds it); v2 files upgrade theirs
-            has_media = "media" in pf.schema_arrow.names
-            wanted = [c for c in top if has_media or c != "media"] if top else None
-            for batch in _part_batches(pf, wanted, batch_rows, batch_bytes):
-                batch = upgrade_documents(batch, path)
-                yield batch.select(top) if top else batch
+    for pf, wanted, top, path in _part_files_read(storage, rel_dir, columns, pre_buffer):
+        for batch in _part_batches(pf, wanted, batch_rows, batch_bytes):
+            yield _as_read(batch, top, path)
+            del batch  # not held while the next is read (tracked_batches)
+
+
+def read_tables(
+    storage: Storage, rel_dir: str, columns: Sequence[str] | None, batch_rows: int, batch_bytes: int,
+    pieces: int, pre_buffer: bool = True,
+) -> Iterator[pa.Table]:
+    """The batches of `read_batches(..., batch_bytes=batch_bytes)`, the same rows each, every one read as
+    `pieces` record batches and yielded as a table of them (its chunks). Arrow decodes a column into
+    one buffer that grows as it goes, so reading a batch whole cost up to twice its size again; in
+    pieces it costs a piece's. A 61 MB row group of text, read with the 1 MiB stream: +80-117 MB over
+    the process as one batch, +68-74 MB as four (pipeline_scaling's 1x and 16x dedup outputs). For a
+    stage that writes each batch back as one row group of the same rows (its pages end where the
+    chunks do: PartWriter.write(as_chunks=True))."""
+    for pf, wanted, top, path in _part_files_read(storage, rel_dir, columns, pre_buffer):
+        for row_groups, rows in row_group_batches(pf.metadata, wanted, batch_rows, batch_bytes):
+            run: list[pa.RecordBatch] = []
+            run_rows = 0
+            for piece in pf.iter_batches(batch_size=max(1, -(-rows // pieces)), row_groups=row_groups,
+                                         columns=wanted):
+                run.append(_as_read(piece, top, path))
+                run_rows += piece.num_rows
+                del piece
+                if run_rows >= rows:  # a row group over the bounds alone is read as several batches
+                    yield pa.Table.from_batches(run)
+                    run, run_rows = [], 0
+            if run:
+                yield pa.Table.from_batches(run)
+            del run
 
 
 def _part_batches(pf: pq.ParquetFile, wanted: list[str] | None, batch_rows: int,
@@ -327,6 +375,11 @@ class TableSource:
     def tracked_batches(self, phase: str, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """`batches`, reported as progress of `phase` (rows of the whole output as the total)."""
         return tracked_batches(self.batches(columns), phase, self.num_rows)
+
+    def tables(self, columns: Sequence[str] | None = None, pieces: int = 4) -> Iterator[pa.Table]:
+        """The batches of `batches`, each read in `pieces` record batches: a table of them (read_tables)."""
+        return read_tables(self.storage, self.rel, columns, self.io.batch_rows, self.io.batch_bytes, pieces,
+                           pre_buffer=not self.storage.is_local)
 
     def table(self, columns: Sequence[str]) -> pa.Table | None:
         """A few columns of every row at once (ids, split keys): for columns small per row only."""

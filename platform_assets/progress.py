@@ -187,5 +187,9 @@ def tracked_batches(batches: Iterable[Any], phase: str, total: int | None = None
     the consumer is done with it (so the rate is the stage's, not the reader's)."""
     with track(phase, total, unit) as tracker:
         for batch in batches:
+            rows, nbytes = batch.num_rows, batch.nbytes
             yield batch
-            tracker.advance(batch.num_rows, batch.nbytes)
+            # dropped before the next is read: a generator's loop variable would otherwise hold the
+            # consumer's finished batch while the next one is read (two batches at the peak)
+            del batch
+            tracker.advance(rows, nbytes)

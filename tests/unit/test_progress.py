@@ -90,6 +90,30 @@ def test_tracked_batches_counts_rows_and_bytes_after_each_batch():
     assert last.done_bytes == sum(b.nbytes for b in batches)
 
 
+def test_tracked_batches_holds_no_finished_batch_while_the_next_is_read():
+    """A generator's loop variable held the consumer's finished batch while the next one was read (two
+    batches at a write pass's peak): dropped once the consumer is done."""
+    import weakref
+
+    class Batch:
+        num_rows, nbytes = 2, 16
+
+    alive = []
+
+    def source():
+        for _ in range(3):
+            batch = Batch()
+            yield batch
+            del batch
+            alive.append(len([r for r in refs if r() is not None]))
+
+    refs: list[weakref.ref] = []
+    for batch in progress.tracked_batches(source(), "split", total=6):
+        refs.append(weakref.ref(batch))
+        del batch
+    assert alive == [0, 0, 0]  # when the next batch is made, no earlier one is referenced
+
+
 def test_plain_lines_every_interval_and_only_for_long_phases():
     out = io.StringIO()
     plain = PlainProgress(out, interval_s=10)

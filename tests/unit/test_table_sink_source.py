@@ -75,3 +75,37 @@ def test_batches_stay_within_batch_bytes_when_long_documents_follow_short_ones(t
     assert pa.Table.from_batches(batches)["id"].to_pylist() == [f"d{i}" for i in range(15_070)]
     # a narrow read joins row groups up to io.batch_rows instead
     assert max(b.num_rows for b in source.batches(["id"])) > 1000
+
+
+def test_tables_are_the_batches_read_in_pieces_and_written_back_as_one_row_group_each(tmp_path):
+    """`TableSource.tables`: the rows of each `batches` batch (long documents after short ones, a row
+    group over the bound alone), as a table of at most `pieces` chunks; a table written back with
+    as_chunks is one row group of the same rows (what the dedup and split write passes do)."""
+    storage = Storage(str(tmp_path))
+    schema = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string())])
+    io = IOSettings(batch_rows=8192, batch_bytes=150_000)
+
+    def rows(lo: int, n: int, width: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(lo, lo + n)],
+                                           "text": [f"{i:08d}" + "x" * (width - 8) for i in range(lo, lo + n)]},
+                                          schema=schema)
+
+    with TableSink(storage, "skewed", schema, io) as sink:
+        for k in range(6):
+            sink.write(rows(k * 500, 500, 100))
+        for k in range(3):
+            sink.write(rows(3_000 + k * 10, 10, 9_000))
+        sink.write(rows(3_030, 40, 9_000))  # 360 kB: over the bound alone, read as three batches
+    source = TableSource(storage, "skewed", io)
+    batches = list(source.batches())
+    tables = list(source.tables(pieces=4))
+    assert [t.num_rows for t in tables] == [b.num_rows for b in batches] and len(batches) > 5
+    assert all(t.equals(pa.Table.from_batches([b])) for t, b in zip(tables, batches, strict=True))
+    assert max(t.column("text").num_chunks for t in tables) == 4
+    assert all(t.column("text").num_chunks <= 4 for t in tables)
+    with TableSink(storage, "back", schema, io) as sink:
+        for t in tables:
+            sink.write(t, as_chunks=True)
+    back = TableSource(storage, "back", io)
+    assert [b.num_rows for b in back.batches()] == [b.num_rows for b in batches]
+    assert back.table(["id", "text"]).equals(pa.Table.from_batches(batches))
