@@ -116,7 +116,7 @@ class LeakageChecker:
         self.images = images or ImageNearSettings()
         self.minhasher = MinHasher(near.num_perm, near.seed, near.algorithm)
         self._ids: list[pa.Array] = []
-        self._splits: list[pa.Array] = []
+        self._split_codes: list[np.ndarray] = []  # int8, the split's index in SPLIT_NAMES, -1 for another
         self._hashes: list[pa.Array] = []
         # signatures go to a spill file and are read back as a memmap: num_perm values per document
         # (128 x 8 B = 1 KB) held in a list plus np.concatenate's copy grew with the input
@@ -143,7 +143,7 @@ class LeakageChecker:
         if batch.num_rows == 0:
             return
         self._ids.append(_plain(batch.column("id")))
-        self._splits.append(_plain(batch.column("split")))
+        self._split_codes.append(_split_codes(batch.column("split")))
         if self.settings.exact:
             self._hashes.append(exact_keys(batch, self.exact))
         if self.settings.images:
@@ -184,10 +184,13 @@ class LeakageChecker:
             self._spill = None
 
     def _finish(self) -> LeakageReport:
+        # each list is released as it is joined: not the pieces and the whole at once, then held through
+        # the checks (the whole corpus of pipeline_scaling, 336k documents at 16x: the check's peak)
         ids = pa.concat_arrays(self._ids) if self._ids else pa.array([], pa.string())
-        splits = pa.concat_arrays(self._splits) if self._splits else pa.array([], pa.string())
-        unknown = pc.invert(pc.is_in(splits, value_set=pa.array(SPLIT_NAMES))).fill_null(True)
-        if pc.any(unknown).as_py():
+        self._ids = []
+        splits = np.concatenate(self._split_codes) if self._split_codes else np.zeros(0, np.int8)
+        self._split_codes = []
+        if (splits < 0).any():
             raise ValueError(f"split column has values outside {SPLIT_NAMES}")
         counts = {"documents": len(ids)}
         exact_pairs = pa.table(
@@ -202,6 +205,7 @@ class LeakageChecker:
         image_pairs = _empty(IMAGE_LEAKS_SCHEMA)
         if self.settings.exact and len(ids):
             hashes = pa.concat_arrays(self._hashes) if self._hashes else pa.array([], TEXT_HASH_TYPE)
+            self._hashes = []
             exact_pairs, counts["exact_leaking_groups"] = self._exact(ids, splits, hashes)
         if self.settings.near and len(ids):
             near_pairs, counts["near_leaking_documents"], counts["near_candidates"] = self._near(ids, splits)
@@ -209,17 +213,20 @@ class LeakageChecker:
             image_pairs, counts["image_leaking_documents"], counts["image_candidates"] = self._images(ids, splits)
         return LeakageReport(exact_pairs, near_pairs, counts, image_pairs)
 
-    def _exact(self, ids: pa.Array, splits: pa.Array, hashes: pa.Array) -> tuple[pa.Table, int]:
-        t = pa.table({"h": hashes, "id": ids, "split": splits})
-        g = t.group_by("h", use_threads=False).aggregate([("split", "count_distinct")])
-        leaking = g.filter(pc.greater(g["split_count_distinct"], 1))["h"]
+    def _exact(self, ids: pa.Array, splits: np.ndarray, hashes: pa.Array) -> tuple[pa.Table, int]:
+        g = pa.table({"h": hashes, "r": splits}).group_by("h", use_threads=False).aggregate([("r", "count_distinct")])
+        leaking = g.filter(pc.greater(g["r_count_distinct"], 1))["h"]
         if len(leaking) == 0:
             return pa.table(
                 {f.name: pa.array([], f.type) for f in EXACT_LEAKS_SCHEMA}, schema=EXACT_LEAKS_SCHEMA
             ), 0
-        rows = t.filter(pc.is_in(t["h"], value_set=leaking))
-        split_rank = pc.index_in(rows["split"], value_set=pa.array(SPLIT_NAMES))
-        rows = rows.append_column("r", split_rank).sort_by(
+        # the leaking groups' rows only get their ids and split names
+        at = pa.array(np.flatnonzero(pc.is_in(hashes, value_set=leaking).to_numpy(zero_copy_only=False)), pa.int64())
+        r = splits[at.to_numpy()]
+        rows = pa.table({"h": pc.take(hashes, at), "id": pc.take(ids, at),
+                         "split": pa.array(np.array(SPLIT_NAMES, dtype=object)[r], pa.string()),
+                         "r": pa.array(r, pa.int32())})
+        rows = rows.sort_by(
             [("h", "ascending"), ("r", "ascending"), ("id", "ascending")]
         )
         out: dict[str, list] = {f.name: [] for f in EXACT_LEAKS_SCHEMA}
@@ -235,27 +242,29 @@ class LeakageChecker:
                     out[k].append(v)
         return pa.table(out, schema=EXACT_LEAKS_SCHEMA), len(leaking)
 
-    def _near(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
+    def _near(self, ids: pa.Array, split_codes: np.ndarray) -> tuple[pa.Table, int, int]:
         assert self._sig_file is not None and self._sig_path is not None
         self._sig_file.close()
         self._sig_file = None
         sigs = np.memmap(self._sig_path, dtype=self._sig_dtype, mode="r", shape=(self._rows, self._sig_width)) \
             if self._rows and self._sig_dtype is not None else np.zeros((0, 1), dtype=np.uint64)
-        split_codes = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)
         assert self._buckets is not None, "near checks bucket every document's bands"
         # (row, key) for every LSH band value two or more documents hold: a validation/test row's
         # candidates are the train rows holding one of its keys, what an index of the train rows
         # returns for its signature (the same exact band values)
         docs, keys = self._buckets.shared_keys()
+        # only the keys a train row and a validation/test row share go into Python's dicts: the pairs of
+        # every shared key as Python lists and dicts were ~250 B a pair, the check's peak at 16x
+        in_train = split_codes[docs] == 0
+        eval_hit = ~in_train & np.isin(keys, keys[in_train])
+        train_hit = in_train & np.isin(keys, keys[eval_hit])
         train_of_key: dict[int, list[int]] = {}
-        for doc, key in zip(docs.tolist(), keys.tolist(), strict=True):
-            if split_codes[doc] == 0:
-                train_of_key.setdefault(key, []).append(doc)
-        eval_rows = split_codes[docs] > 0
+        for doc, key in zip(docs[train_hit].tolist(), keys[train_hit].tolist(), strict=True):
+            train_of_key.setdefault(key, []).append(doc)
         keys_of_row: dict[int, list[int]] = {}
-        for doc, key in zip(docs[eval_rows].tolist(), keys[eval_rows].tolist(), strict=True):
-            if key in train_of_key:
-                keys_of_row.setdefault(doc, []).append(key)
+        for doc, key in zip(docs[eval_hit].tolist(), keys[eval_hit].tolist(), strict=True):
+            keys_of_row.setdefault(doc, []).append(key)
+        del docs, keys, in_train, eval_hit, train_hit
         out: dict[str, list] = {f.name: [] for f in NEAR_LEAKS_SCHEMA}
         leaking = candidates = 0
         for row in sorted(keys_of_row):
@@ -282,10 +291,10 @@ class LeakageChecker:
                         out[k].append(v)
         return pa.table(out, schema=NEAR_LEAKS_SCHEMA), leaking, candidates
 
-    def _images(self, ids: pa.Array, splits: pa.Array) -> tuple[pa.Table, int, int]:
+    def _images(self, ids: pa.Array, split_codes: np.ndarray) -> tuple[pa.Table, int, int]:
         rows = np.concatenate(self._image_rows)
         phashes = np.concatenate(self._phashes)
-        split = pc.index_in(splits, value_set=pa.array(SPLIT_NAMES)).to_numpy(zero_copy_only=False)[rows]
+        split = split_codes[rows].astype(np.int64)
         row_ids = pc.take(ids, pa.array(rows, pa.int64()))
         # groups of (phash, split), each named by its smallest id
         order = pc.sort_indices(
@@ -344,6 +353,13 @@ def check_leakage(
     for batch in table.to_batches(max_chunksize=batch_rows):
         checker.add_batch(batch)
     return checker.finish()
+
+
+def _split_codes(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each row's split as its index in SPLIT_NAMES (int8; -1 for any other value or null): 1 B a
+    document where the strings held ~10."""
+    codes = pc.index_in(col, value_set=pa.array(SPLIT_NAMES)).fill_null(-1)
+    return codes.to_numpy(zero_copy_only=False).astype(np.int8)
 
 
 def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
