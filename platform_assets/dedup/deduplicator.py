@@ -35,7 +35,7 @@ from platform_assets.dedup.clusters import UnionFind, removed_per_source
 from platform_assets.dedup.document_keys import DocumentKeyer, shingle_lists, signature_matrix
 from platform_assets.dedup.exact import TEXT_HASH_TYPE, first_of_each_hash
 from platform_assets.dedup.image_near import near_duplicate_links, similarity
-from platform_assets.dedup.keep_lookup import KeepLookup
+from platform_assets.dedup.keep_lookup import IdHashes, KeepLookup
 from platform_assets.dedup.keep_policy import priority_order, ranks
 from platform_assets.dedup.lsh_shape import lsh_shape
 from platform_assets.dedup.near_dedup import GreedyNearDedup, ShingleStore
@@ -166,6 +166,7 @@ class Deduplicator:
         # this object (the stage keeps it through the write pass: 512 B of signature per document twice)
         self._ids, self._sources, self._hashes, self._sigs, self._n_shingles, self._prio = [], [], [], [], [], []
         counts = DedupCounts(documents=n, without_shingles=int((n_sh == 0).sum()) if s.near.enabled else n)
+        id_hashes = IdHashes(ids)  # 16 B a document: distinct ids counted, and the write pass's lookup
         order = priority_order(prio, ids, sources, s.keep)
         rank = ranks(order)
 
@@ -175,7 +176,7 @@ class Deduplicator:
             self._exact_links(hashes, order, rank, links)
         try:
             if s.near.enabled and n:
-                self._near_links(ids, sigs, n_sh, order, rank, links, counts)
+                self._near_links(ids, sigs, n_sh, order, rank, links, counts, id_hashes.distinct == n)
             self._release_near_state()  # shingles, band keys: not needed for the rest
             image_rows = np.concatenate(self._image_rows) if self._image_rows else np.empty(0, np.int64)
             phashes = np.concatenate(self._phashes) if self._phashes else np.empty(0, np.uint64)
@@ -192,7 +193,8 @@ class Deduplicator:
             del kept_roots
             tables = self._tables(ids, sources, order, root, keep, links, decisions)
             kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
-            kept_rows = kept_rows[_first_occurrence(ids, kept_rows)]
+            if id_hashes.distinct < n:  # an id read twice is accepted once
+                kept_rows = kept_rows[_first_occurrence(ids, kept_rows)]
             take = pa.array(kept_rows, pa.int64())
             spilled = isinstance(sigs, SignatureSpill)
             # storage: disk reads the kept rows from the spill file (before close() removes it): for the
@@ -220,8 +222,8 @@ class Deduplicator:
         counts.removed_near = int(((links.rule == 2) | (links.rule == 4)).sum())
         counts.removed_near_image = int((links.rule == 3).sum())
         counts.removed_against_earlier_runs = int((root[removed] < n_prior).sum())
-        counts.duplicate_ids = n - pc.count_distinct(ids).as_py()
-        return DedupResult(tables.decisions, tables.duplicates, accepted, counts, KeepLookup(ids, keep),
+        counts.duplicate_ids = n - id_hashes.distinct
+        return DedupResult(tables.decisions, tables.duplicates, accepted, counts, KeepLookup(ids, keep, id_hashes),
                            tables.exclusions, tables.per_source)
 
     def _check_open(self) -> None:
@@ -267,8 +269,10 @@ class Deduplicator:
         rank: np.ndarray,
         links: _Links,
         counts: DedupCounts,
+        ids_unique: bool,
     ) -> None:
-        """Greedy LSH (or SimHash) pass over the rows exact dedup kept that have shingles, best first."""
+        """Greedy LSH (or SimHash) pass over the rows exact dedup kept that have shingles, best first.
+        ids_unique: no id of this run repeats (earlier runs' accepted ids are checked here)."""
         eligible = (links.target < 0) & (n_sh > 0)
         rule = 2
         if self.simhasher is not None:
@@ -280,10 +284,12 @@ class Deduplicator:
             keys = self._band_keys if self._band_keys is not None else self._buckets.shared_keys()
             self._band_keys = None  # the greedy pass keeps them sorted its own way
             # an id seen twice (this run's, or an earlier run's accepted one) needs an id -> document map
-            all_ids = pa.concat_arrays([self.prior.ids, ids]) if len(self.prior) else ids
-            greedy = BucketedNearDedup(self.settings.near, self.prior, keys,
-                                       ids_unique=pc.count_distinct(all_ids).as_py() == len(all_ids))
-            del keys, all_ids
+            if ids_unique and len(self.prior):
+                all_ids = pa.concat_arrays([self.prior.ids, ids])
+                ids_unique = IdHashes(all_ids).distinct == len(all_ids)
+                del all_ids
+            greedy = BucketedNearDedup(self.settings.near, self.prior, keys, ids_unique=ids_unique)
+            del keys
             # ids are read only for documents that share a band value (14% on the real corpus): a list
             # of them all was ~90 B per document
             out = greedy.run(order[eligible[order]], _ArrowIds(ids), sigs, rank, self._store)

@@ -216,3 +216,9 @@ def combine_ngrams(
     out[is_short_slot] = sacc
     out[~is_short_slot] = acc
     return out, counts
+
+
+def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each string (uint64): the ids' in dedup's write pass (keep_lookup.py) and in the
+    id-uniqueness checks, each confirming equal hashes on the strings."""
+    return fmix64_inplace(string_hashes(ids))

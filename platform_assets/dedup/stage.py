@@ -25,8 +25,15 @@ and the greedy pass's index was a dict of lists: 604 MB at 16x then (1.29x of 1x
 still held the decisions table (~95 B a document) and two copies of its ids for the lookup, and the
 asset's spot checks ~250 MB: 465 / 498 / 538 MB at 1x / 4x / 16x (1.16x); and a `take` copied each
 batch's kept rows while the batch was held (the 16x peak, ~520 MB in the process): 467 / 482 / 507 MB
-now (1.09x). What is left grows with documents in finish(): ids, sources, hashes, order, ranks, links
-and roots (~150-250 B each), freed before the write pass.
+then (1.09x); 442 / 478 / 506 on the whole corpus (1x = 21k documents in). Then (in-process, 16x): the
+write pass held the batch written while it read the next (every generator's loop variable), and a
+batch read whole cost up to twice its size again, so it is read in pieces (TableSource.tables) and
+written as one row group of them; finish() counted distinct ids three times with Arrow's hash table
+(+95 MB each: IdHashes, 16 B a document, instead); the checks counted distinct ids and exact keys the
+same way (+89 and +109 MB: 64-bit and 128-bit sorted hashes instead, validation.py and checks.py).
+The stage's process tree: 388 / 403 / 438 MB (max process 393 / 396 / 418). What is left grows with
+documents in finish(): ids, sources, hashes, order, ranks, links and roots (~150-250 B each), freed
+before the write pass.
 
 In incremental mode the previous output is the starting point:
 its documents stay accepted (their signatures come from `_signatures.parquet`, never recomputed),
@@ -159,13 +166,15 @@ def deduplicate_outputs(
     else:
         key_inputs = [TableSource(storage, d, key_io) for d in input_dirs]
 
-    def new_batches(columns: list[str] | None, sources: list[TableSource] = inputs) -> Iterator[pa.RecordBatch]:
+    def new_batches(columns: list[str] | None, sources: list[TableSource] = inputs,
+                    in_pieces: bool = False) -> Iterator[pa.RecordBatch | pa.Table]:
         for source in sources:
-            for batch in source.batches(columns):
+            for batch in source.tables(columns) if in_pieces else source.batches(columns):
                 if seen is not None:
                     batch = batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=seen)))
                 if batch.num_rows:
                     yield batch
+                del batch  # not held while the next is read (tracked_batches)
 
     buckets = bucket_dirs is not None and signature_dirs is not None and uses_band_buckets(settings)
     n_prior = len(accepted) if accepted is not None else 0
@@ -198,11 +207,13 @@ def deduplicate_outputs(
                 live[starts[reading[0]] + keys.column("row").to_numpy()] = n_prior + rows_in + np.arange(keys.num_rows)
             rows_in += keys.num_rows
             dedup.add_keys(keys)
+            del keys  # not held while the next is read, nor through the write pass
     else:
         for batch in tracked_batches(new_batches(dedup_input_columns(schema, settings), key_inputs), "signatures",
                                      total):
             rows_in += batch.num_rows
             dedup.add_batch(batch)
+            del batch
     out_schema = schema.append(pa.field("cluster_id", pa.string(), nullable=False))
     carried = 0
     # the write pass encodes each kept batch itself before reading the next: a write-behind thread held
@@ -223,8 +234,10 @@ def deduplicate_outputs(
             for batch in previous.batches():
                 carried += batch.num_rows
                 sink.write(batch)
-        for batch in tracked_batches(new_batches(None), "write", None if seen is not None else rows_in):
+        # each batch read in pieces (a table of them: TableSource.tables), written back as one row group
+        for batch in tracked_batches(new_batches(None, in_pieces=True), "write", None if seen is not None else rows_in):
             sink.write(result.filter_batch(batch), as_chunks=True)  # the kept rows: slices of the batch
+            del batch  # not held while the next one is read: the peak was two input batches
         exclusions = result.exclusions()
         if previous_exclusions is not None:
             exclusions = pa.concat_tables([previous_exclusions, exclusions])

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from platform_assets.dedup.hash64 import id_hashes
 from platform_assets.query import output_dataset
 from platform_assets.schema import schema_tag
 from platform_assets.storage import Storage
@@ -43,14 +45,29 @@ class DuplicateIds:
 
 
 def duplicate_ids(storage: Storage, rel_dir: str, pattern: str = "part-*.parquet") -> DuplicateIds:
-    """Counts ids and distinct ids with DuckDB (a hash aggregate, not a Python set)."""
+    """Counts ids and distinct ids: a 64-bit hash of each id, sorted; only the ids whose hash repeats
+    are read again and counted by DuckDB. DuckDB's count(DISTINCT id) over every id held them all in
+    its hash table: +47 MB at pipeline_scaling's 1x, +89 MB at 16x (336k ids); the hashes are 8 B an
+    id (+19 MB at 16x)."""
     dataset = output_dataset(storage, rel_dir, pattern)
     if dataset is None:
         return DuplicateIds(0, 0, [])
+    hashes = [id_hashes(batch.column("id")) for batch in dataset.to_batches(columns=["id"])]
+    ordered = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, np.uint64)
+    del hashes
+    rows = len(ordered)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    del ordered
+    if len(repeated) == 0:
+        return DuplicateIds(rows, rows, [])
+    # the rows whose hash repeats: the same id read twice, or (chance) two ids with one hash
+    suspects = pa.Table.from_batches([
+        batch.filter(pa.array(np.isin(id_hashes(batch.column("id")), repeated)))
+        for batch in dataset.to_batches(columns=["id"])])
     con = duckdb.connect()
-    con.register("docs", dataset)
-    rows, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM docs").fetchone()
-    examples = con.execute(
-        "SELECT id, count(*) AS n FROM docs GROUP BY id HAVING n > 1 ORDER BY n DESC, id LIMIT 5"
+    con.register("suspects", suspects)
+    groups, examples = con.execute("SELECT count(DISTINCT id) FROM suspects").fetchone()[0], con.execute(
+        "SELECT id, count(*) AS n FROM suspects GROUP BY id HAVING n > 1 ORDER BY n DESC, id LIMIT 5"
     ).fetchall()
-    return DuplicateIds(rows, distinct, [(i, n) for i, n in examples])
+    return DuplicateIds(rows, rows - suspects.num_rows + groups, [(i, n) for i, n in examples])
+

@@ -167,13 +167,17 @@ def test_the_write_pass_encodes_each_kept_batch_before_reading_the_next(tmp_path
     with storage.staged_dir("cleaned_documents/web") as staged, staged.open_output("part-00000.parquet") as f:
         pq.write_table(_table(_corpus()), f, row_group_size=13)
     writing_threads = set()
-    write_batch = parquet_parts.pq.ParquetWriter.write_batch
 
-    def recording(self, batch, *args, **kwargs):
-        writing_threads.add(threading.current_thread().name)
-        return write_batch(self, batch, *args, **kwargs)
+    def recording(write):
+        def record(self, batch, *args, **kwargs):
+            writing_threads.add(threading.current_thread().name)
+            return write(self, batch, *args, **kwargs)
+        return record
 
-    monkeypatch.setattr(parquet_parts.pq.ParquetWriter, "write_batch", recording)
+    # a batch read in pieces is written as a table of them (write_table), a single piece as a batch
+    writer = parquet_parts.pq.ParquetWriter
+    for name in ("write_batch", "write_table"):
+        monkeypatch.setattr(writer, name, recording(getattr(writer, name)))
     stage = deduplicate_outputs(storage, ["cleaned_documents/web"], "deduplicated_documents/_all",
                                 _storage_settings(tmp_path, "disk"))
     assert stage.rows == 60  # 80 in, 20 near duplicates out
@@ -219,12 +223,14 @@ def test_keep_lookup_matches_the_plain_contract_with_and_without_hash_collisions
     from platform_assets.dedup import keep_lookup
 
     if collide:
-        real = keep_lookup.string_hashes
-        monkeypatch.setattr(keep_lookup, "string_hashes", lambda ids: real(ids) & np.uint64(3))
+        real = keep_lookup.id_hashes
+        monkeypatch.setattr(keep_lookup, "id_hashes", lambda ids: real(ids) & np.uint64(3))
     rng = random.Random(11)
     ids = [f"doc-{rng.randrange(10**9):09d}" for _ in range(3000)]
     decided = ids + rng.sample(ids, 200)  # 200 ids decided twice (the same document read twice)
     keep = [rng.random() < 0.7 for _ in decided]
+    hashed = keep_lookup.IdHashes(pa.array(decided))
+    assert hashed.collide == collide and hashed.distinct == len(set(decided))
     lookup = keep_lookup.KeepLookup(pa.array(decided), np.array(keep))
     assert (lookup._ids is not None) == collide and len(lookup) == len(set(ids))
     reading = ids + rng.sample(ids, 300)
