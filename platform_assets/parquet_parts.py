@@ -252,24 +252,29 @@ def read_tables(
     pieces: int, pre_buffer: bool = True,
 ) -> Iterator[pa.Table]:
     """The batches of `read_batches(..., batch_bytes=batch_bytes)`, the same rows each, every one read as
-    `pieces` record batches and yielded as a table of them (its chunks). Arrow decodes a column into
-    one buffer that grows as it goes, so reading a batch whole cost up to twice its size again; in
-    pieces it costs a piece's. A 61 MB row group of text, read with the 1 MiB stream: +80-117 MB over
-    the process as one batch, +68-74 MB as four (pipeline_scaling's 1x and 16x dedup outputs). For a
-    stage that writes each batch back as one row group of the same rows (its pages end where the
-    chunks do: PartWriter.write(as_chunks=True))."""
+    `pieces` record batches (one more where a piece is cut at a batch's end) and yielded as a table of
+    them (its chunks). Read whole, a 61 MB row group of text peaked +80-117 MB above the process with
+    the 1 MiB stream, up to twice its own size; in four pieces +68-74 MB (pipeline_scaling's 1x and 16x
+    dedup outputs). For a stage that writes each batch back as one row group of the same rows (its
+    pages end where the chunks do: PartWriter.write(as_chunks=True))."""
     for pf, wanted, top, path in _part_files_read(storage, rel_dir, columns, pre_buffer):
         for row_groups, rows in row_group_batches(pf.metadata, wanted, batch_rows, batch_bytes):
+            # a row group over the bounds alone is read as several batches of `rows`: a piece may then
+            # straddle two of them, and is cut there (slices, no copy)
             run: list[pa.RecordBatch] = []
             run_rows = 0
             for piece in pf.iter_batches(batch_size=max(1, -(-rows // pieces)), row_groups=row_groups,
                                          columns=wanted):
-                run.append(_as_read(piece, top, path))
-                run_rows += piece.num_rows
-                del piece
-                if run_rows >= rows:  # a row group over the bounds alone is read as several batches
+                piece = _as_read(piece, top, path)
+                while run_rows + piece.num_rows >= rows:
+                    run.append(piece.slice(0, rows - run_rows))
+                    piece = piece.slice(rows - run_rows)
                     yield pa.Table.from_batches(run)
                     run, run_rows = [], 0
+                if piece.num_rows:
+                    run.append(piece)
+                    run_rows += piece.num_rows
+                del piece
             if run:
                 yield pa.Table.from_batches(run)
             del run

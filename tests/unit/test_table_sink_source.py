@@ -98,10 +98,14 @@ def test_tables_are_the_batches_read_in_pieces_and_written_back_as_one_row_group
         sink.write(rows(3_030, 40, 9_000))  # 360 kB: over the bound alone, read as three batches
     source = TableSource(storage, "skewed", io)
     batches = list(source.batches())
+    assert [b.num_rows for b in batches][-3:] == [16, 16, 8]  # the 40 long rows: 16 a batch by bytes
+    for pieces in (3, 4):  # 16 rows in pieces of 6 (cut at each batch's end) and of 4
+        got = list(source.tables(pieces=pieces))
+        assert [t.num_rows for t in got] == [b.num_rows for b in batches] and len(batches) > 5
+        assert all(t.equals(pa.Table.from_batches([b])) for t, b in zip(got, batches, strict=True))
+        # a piece cut at a batch's end leaves one more chunk in the next
+        assert pieces <= max(t.column("text").num_chunks for t in got) <= pieces + 1
     tables = list(source.tables(pieces=4))
-    assert [t.num_rows for t in tables] == [b.num_rows for b in batches] and len(batches) > 5
-    assert all(t.equals(pa.Table.from_batches([b])) for t, b in zip(tables, batches, strict=True))
-    assert max(t.column("text").num_chunks for t in tables) == 4
     assert all(t.column("text").num_chunks <= 4 for t in tables)
     with TableSink(storage, "back", schema, io) as sink:
         for t in tables:
