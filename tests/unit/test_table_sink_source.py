@@ -15,6 +15,16 @@ def _batch(lo: int, hi: int) -> pa.RecordBatch:
                                       schema=SCHEMA)
 
 
+TEXT_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string())])
+
+
+def _text_rows(lo: int, n: int, width: int) -> pa.RecordBatch:
+    """Rows d{lo}.. with texts of `width` characters, each starting with its number."""
+    return pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(lo, lo + n)],
+                                       "text": [f"{i:08d}" + "x" * (width - 8) for i in range(lo, lo + n)]},
+                                      schema=TEXT_SCHEMA)
+
+
 def test_sink_commits_parts_and_side_tables_and_source_reads_them_back(tmp_path):
     storage = Storage(str(tmp_path))
     io = IOSettings(batch_rows=4, part_max_rows=5)
@@ -52,20 +62,15 @@ def test_batches_stay_within_batch_bytes_when_long_documents_follow_short_ones(t
     """A run of long documents in a part of short ones: rows per batch from the part's average made a
     batch of several times io.batch_bytes; whole row groups, joined up to the bound, do not."""
     storage = Storage(str(tmp_path))
-    schema = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string())])
+    schema = TEXT_SCHEMA
     io = IOSettings(batch_rows=8192, batch_bytes=150_000)
-
-    def rows(lo: int, n: int, width: int) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(lo, lo + n)],
-                                           "text": [f"{i:08d}" + "x" * (width - 8) for i in range(lo, lo + n)]},
-                                          schema=schema)
 
     with TableSink(storage, "skewed", schema, io) as sink:
         for k in range(30):  # 30 row groups of 500 short rows (~57 kB each)
-            sink.write(rows(k * 500, 500, 100))
+            sink.write(_text_rows(k * 500, 500, 100))
         for k in range(3):  # then 3 row groups of 10 rows of 9 kB (~90 kB each)
-            sink.write(rows(15_000 + k * 10, 10, 9_000))
-        sink.write(rows(15_030, 40, 9_000))  # and one row group of 360 kB alone
+            sink.write(_text_rows(15_000 + k * 10, 10, 9_000))
+        sink.write(_text_rows(15_030, 40, 9_000))  # and one row group of 360 kB alone
     source = TableSource(storage, "skewed", io)
     batches = list(source.batches(["id", "text"]))
     # by the part's average row (~155 B) a batch was 969 rows: the 70 long rows and 899 short ones made
@@ -82,20 +87,15 @@ def test_tables_are_the_batches_read_in_pieces_and_written_back_as_one_row_group
     group over the bound alone), as a table of at most `pieces` chunks; a table written back with
     as_chunks is one row group of the same rows (what the dedup and split write passes do)."""
     storage = Storage(str(tmp_path))
-    schema = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string())])
+    schema = TEXT_SCHEMA
     io = IOSettings(batch_rows=8192, batch_bytes=150_000)
-
-    def rows(lo: int, n: int, width: int) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(lo, lo + n)],
-                                           "text": [f"{i:08d}" + "x" * (width - 8) for i in range(lo, lo + n)]},
-                                          schema=schema)
 
     with TableSink(storage, "skewed", schema, io) as sink:
         for k in range(6):
-            sink.write(rows(k * 500, 500, 100))
+            sink.write(_text_rows(k * 500, 500, 100))
         for k in range(3):
-            sink.write(rows(3_000 + k * 10, 10, 9_000))
-        sink.write(rows(3_030, 40, 9_000))  # 360 kB: over the bound alone, read as three batches
+            sink.write(_text_rows(3_000 + k * 10, 10, 9_000))
+        sink.write(_text_rows(3_030, 40, 9_000))  # 360 kB: over the bound alone, read as three batches
     source = TableSource(storage, "skewed", io)
     batches = list(source.batches())
     assert [b.num_rows for b in batches][-3:] == [16, 16, 8]  # the 40 long rows: 16 a batch by bytes
