@@ -119,8 +119,8 @@ def split_outputs(
     # again) and written back as one row group of them; without a write-behind thread, which held the
     # batch being encoded while the next was read (two batches at the peak). pipeline_scaling's whole
     # corpus, the stage's process tree at 1x / 16x: 426 / 475 MB before; 387 / 437 with each batch
-    # dropped before the next is read; 366 / 412 with the pieces and the leakage check's per-document
-    # state cut (leakage.py); the same work time.
+    # dropped before the next is read; 366 / 411 with the pieces and the leakage check's per-document
+    # state cut (leakage.py).
     with TableSink(storage, out_rel, out_schema, io, write_behind=False) as sink:
         for run in tracked_batches(source.tables(), "split", source.num_rows):
             pieces = []
