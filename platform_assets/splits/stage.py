@@ -78,6 +78,33 @@ def _parse_field(key: str, spec: str, schema: pa.Schema, in_rel: str) -> FieldPa
         raise ValueError(f"{key}: {e} in {in_rel}") from e
 
 
+
+class _PieceSplitter:
+    """Gives each piece of the write pass its `split` column, in stream order: from the assignment of
+    pass 1 (`assigned`, row i of the stream is row i of it) or a seeded hash of each id; counts the
+    documents per split and the labels on the way. A call's batch and columns are its own locals,
+    gone when it returns."""
+
+    def __init__(self, settings: SplitSettings, assigned: np.ndarray | None, labels: LabelCounts | None):
+        self.seed, self.ratios, self.assigned, self.labels = settings.seed, settings.ratios.as_tuple(), assigned, labels
+        self.offset = 0
+        self.per_split = np.zeros(len(SPLIT_NAMES), np.int64)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        if self.assigned is None:
+            codes = hash_split_codes(id_unit_interval(batch.column("id"), self.seed), self.ratios)
+        else:
+            codes = self.assigned[self.offset : self.offset + batch.num_rows]
+        self.offset += batch.num_rows
+        self.per_split += code_counts(codes)
+        split = split_names(codes)
+        if self.labels is not None:
+            self.labels.add_batch(batch, split)
+        table = pa.Table.from_batches([batch])
+        if "split" in table.schema.names:
+            table = table.drop_columns(["split"])
+        return table.append_column("split", split)
+
 def split_outputs(
     storage: Storage,
     in_rel: str,
@@ -95,7 +122,6 @@ def split_outputs(
         _parse_field("splits.stratify_by", settings.stratify_by, schema, in_rel)
     label_path = _parse_field("statistics.label_field", statistics.label_field, schema, in_rel) \
         if statistics.label_field else None
-    ratios = settings.ratios.as_tuple()
     if settings.stratify_by:
         # exact shares per stratum depend on the whole set: pass 1 assigns every row, 1 B a document,
         # and pass 2 reads the same parts in the same order, so row i of the stream is row i of it
@@ -113,8 +139,7 @@ def split_outputs(
 
     out_schema = schema.append(pa.field("split", pa.string(), nullable=False)) if "split" not in schema.names \
         else schema
-    offset = 0
-    per_split = np.zeros(len(SPLIT_NAMES), np.int64)
+    splitter = _PieceSplitter(settings, assigned, labels)
     # each batch is read in pieces (TableSource.tables: a batch read whole cost up to twice its size
     # again) and written back as one row group of them; without a write-behind thread, which held the
     # batch being encoded while the next was read (two batches at the peak). pipeline_scaling's whole
@@ -123,28 +148,15 @@ def split_outputs(
     # state cut (leakage.py).
     with TableSink(storage, out_rel, out_schema, io, write_behind=False) as sink:
         for run in tracked_batches(source.tables(), "split", source.num_rows):
-            pieces = []
-            for batch in run.to_batches():
-                if assigned is None:
-                    codes = hash_split_codes(id_unit_interval(batch.column("id"), settings.seed), ratios)
-                else:
-                    codes = assigned[offset : offset + batch.num_rows]
-                offset += batch.num_rows
-                per_split += code_counts(codes)
-                split = split_names(codes)
-                if labels is not None:
-                    labels.add_batch(batch, split)
-                table = pa.Table.from_batches([batch])
-                if "split" in table.schema.names:
-                    table = table.drop_columns(["split"])
-                pieces.append(table.append_column("split", split))
+            pieces = [splitter(batch) for batch in run.to_batches()]
             sink.write(pa.concat_tables(pieces), as_chunks=True)
-            del run, pieces, batch, table, split
+            del run, pieces  # not held while the next batch is read
+        offset = splitter.offset
         if assigned is not None and offset != len(assigned):  # raised inside: the sink commits nothing
             raise RuntimeError(f"{in_rel} changed while it was split: {len(assigned)} rows assigned, "
                                f"{offset} read back")
     return SplitStageResult(rel=out_rel, files=sink.files, rows=sink.rows, schema=out_schema,
-                            counts=dict(zip(SPLIT_NAMES, per_split.tolist(), strict=True)), strata=strata,
+                            counts=dict(zip(SPLIT_NAMES, splitter.per_split.tolist(), strict=True)), strata=strata,
                             strata_total=strata_total, labels=labels)
 
 
