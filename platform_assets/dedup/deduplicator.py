@@ -23,6 +23,7 @@ __all__ = ["DECISIONS_SCHEMA", "DUPLICATES_SCHEMA", "EXACT", "EXCLUSIONS_SCHEMA"
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -52,8 +53,13 @@ from platform_assets.dedup.result import (  # re-exported: callers import them f
     exclusions_table,
 )
 from platform_assets.dedup.settings import DedupSettings
-from platform_assets.dedup.signature_spill import SignatureSpill, SpilledRows
-from platform_assets.dedup.signature_store import ARTIFACT_ROW_GROUP_ROWS, AcceptedSignatures
+from platform_assets.dedup.signature_spill import SignatureSpill
+from platform_assets.dedup.signature_store import (
+    ARTIFACT_ROW_GROUP_ROWS,
+    AcceptedSignatures,
+    TakenSignatures,
+    artifact_row_groups,
+)
 from platform_assets.dedup.simhash import simhash_near_pass
 
 
@@ -195,24 +201,25 @@ class Deduplicator:
             kept_rows = order[keep[order]]  # this run's accepted documents, in keep-policy order
             if id_hashes.distinct < n:  # an id read twice is accepted once
                 kept_rows = kept_rows[_first_occurrence(ids, kept_rows)]
-            take = pa.array(kept_rows, pa.int64())
-            spilled = isinstance(sigs, SignatureSpill)
-            # storage: disk reads the kept rows from the spill file (before close() removes it): for the
-            # stage's artifact a row group at a time, for a caller that keeps the result all at once
-            accepted = self.prior.extended(
-                AcceptedSignatures(
-                    pc.take(ids, take),
-                    pc.take(sources, take),
-                    pc.take(hashes, take),
-                    n_sh[kept_rows],
-                    (SpilledRows(sigs, kept_rows) if write_accepted is not None else sigs.take(kept_rows))
-                    if spilled else sigs[kept_rows],
-                    _phashes_of(kept_rows, image_rows, phashes),
-                )
-            )
             if write_accepted is not None:
-                write_accepted(accepted.schema(s), accepted.row_groups(s, ARTIFACT_ROW_GROUP_ROWS))
+                # the stage's artifact: this run's accepted rows taken a row group at a time (the spilled
+                # signatures read from the spill file before close() removes it)
+                taken = TakenSignatures(ids, sources, hashes, n_sh, sigs, kept_rows,
+                                        partial(_phashes_of, image_rows=image_rows, phashes=phashes))
+                write_accepted(*artifact_row_groups([self.prior, taken], s, ARTIFACT_ROW_GROUP_ROWS))
                 accepted = None
+            else:  # a caller that keeps the result: all at once
+                take = pa.array(kept_rows, pa.int64())
+                accepted = self.prior.extended(
+                    AcceptedSignatures(
+                        pc.take(ids, take),
+                        pc.take(sources, take),
+                        pc.take(hashes, take),
+                        n_sh[kept_rows],
+                        sigs.take(kept_rows) if isinstance(sigs, SignatureSpill) else sigs[kept_rows],
+                        _phashes_of(kept_rows, image_rows, phashes),
+                    )
+                )
             del sigs
         finally:
             self.close()

@@ -9,7 +9,7 @@ pipeline_scaling corpus the deduplicated_documents process grew 548 -> 645 MB of
 - the greedy pass reads the rows of a document that has candidates and of those candidates, one
   `pread` per row (`rows`): on the real corpus 86% of documents share no band value and are never read;
 - the stage's accepted-signature artifact reads the kept rows a row group at a time while it is
-  written (`SpilledRows`, ~4 MB at once): gathered whole, with the artifact's encoded row group
+  written (`signature_store.TakenSignatures`, ~4 MB at once): gathered whole, with the artifact's encoded row group
   beside them, they were ~1 KB per accepted document at the end of the decisions (deduplicated_documents
   grew 479 -> 954 MB from 1x to 16x of the whole pipeline_scaling corpus); a caller that wants the
   matrix (`take`) reads the file in order, at most `chunk_rows` rows at a time.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SignatureSpill", "SpilledRows"]
+__all__ = ["SignatureSpill"]
 
 # rows per read while gathering the kept signatures: 8,192 x 512 B = 4 MB at 128 slots
 TAKE_CHUNK_ROWS = 8192
@@ -111,23 +111,3 @@ class SignatureSpill:
             os.close(self._fd)
             self._fd = None
 
-
-class SpilledRows:
-    """Rows `indices` of a spill, in that order, read on demand: `rows[a:b]` reads rows indices[a:b]
-    (one read per row; the kept rows of a run are in keep-policy order, not file order)."""
-
-    def __init__(self, spill: SignatureSpill, indices: np.ndarray):
-        self._spill, self._indices = spill, np.asarray(indices, dtype=np.int64)
-        self.shape = (len(self._indices), spill.width)
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        if not isinstance(rows, slice) or rows.step not in (None, 1):
-            raise TypeError("SpilledRows reads contiguous slices only: rows[a:b]")
-        return self._spill.rows(self._indices[rows])
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = self._spill.take(self._indices)
-        return out if dtype is None else out.astype(dtype, copy=False)

@@ -20,7 +20,7 @@ comes from ingest, not from dedup settings, so it is not part of the fingerprint
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -78,19 +78,6 @@ def signatures_schema(num_perm: int, settings: DedupSettings | None = None, phas
     )
 
 
-class SignatureRows(Protocol):
-    """Signatures read on demand (signature_spill.SpilledRows): `rows[a:b]` is an (b - a, width) array;
-    `np.asarray(rows)` reads them all."""
-
-    shape: tuple[int, int]
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, rows: slice) -> np.ndarray: ...
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray: ...
-
-
 @dataclass
 class AcceptedSignatures:
     """Accepted documents with their signatures, in acceptance order."""
@@ -99,13 +86,15 @@ class AcceptedSignatures:
     sources: pa.StringArray
     text_hashes: pa.FixedSizeBinaryArray
     n_shingles: np.ndarray  # int32
-    # (n, num_perm) uint32; or, for the stage's artifact of a run with spilled signatures, rows read
-    # from the spill a row group at a time while it is written (`row_groups`)
-    signatures: np.ndarray | SignatureRows
+    signatures: np.ndarray  # (n, width) uint32
     phashes: pa.UInt64Array | None = None  # image documents' perceptual hashes; None: no document has one
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def width(self) -> int:
+        return self.signatures.shape[1]
 
     @classmethod
     def empty(cls, num_perm: int) -> AcceptedSignatures:
@@ -138,14 +127,6 @@ class AcceptedSignatures:
 
     def to_table(self, settings: DedupSettings) -> pa.Table:
         return self._table(0, len(self), np.asarray(self.signatures), self.schema(settings))
-
-    def row_groups(self, settings: DedupSettings, rows: int) -> Iterator[pa.Table]:
-        """The artifact `rows` rows at a time (the last one shorter): only those rows' signatures are
-        read at once (~4 MB at 8,192 rows of 128 slots) where they are spilled."""
-        schema = self.schema(settings)
-        for a in range(0, len(self), rows):
-            b = min(a + rows, len(self))
-            yield self._table(a, b, self.signatures[a:b], schema)
 
     @classmethod
     def from_table(cls, table: pa.Table, settings: DedupSettings) -> AcceptedSignatures:
@@ -189,3 +170,81 @@ class AcceptedSignatures:
     def phash_array(self) -> pa.UInt64Array:
         """The phash of every accepted document (null where none)."""
         return self.phashes if self.phashes is not None else pa.nulls(len(self), pa.uint64())
+
+    def has_phash(self) -> bool:
+        return self.phashes is not None and self.phashes.null_count < len(self.phashes)
+
+    def rows_slice(self, a: int, b: int) -> AcceptedSignatures:
+        """Rows a..b: the columns' zero-copy slices and those rows' signatures."""
+        return AcceptedSignatures(self.ids.slice(a, b - a), self.sources.slice(a, b - a),
+                                  self.text_hashes.slice(a, b - a), self.n_shingles[a:b],
+                                  self.signatures[a:b],
+                                  None if self.phashes is None else self.phashes.slice(a, b - a))
+
+
+class SignatureSource(Protocol):
+    """A run's signatures on disk (signature_spill.SignatureSpill): `rows(indices)` reads those rows."""
+
+    width: int
+
+    def rows(self, indices: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class TakenSignatures:
+    """Rows `rows` (in that order) of a run's per-document columns as accepted signatures, taken a
+    slice at a time by `artifact_row_groups`. Taking every accepted id, source and text hash at once
+    for the artifact was the dedup decisions' peak: on pipeline_scaling's 16x input (336k accepted
+    documents) the stage in-process peaked at 391 MB while it wrote the artifact, 372 MB (elsewhere in
+    the decisions) like this; at 1x 286 MB either way. A row group's 8,192 rows take ~0.5 MB."""
+
+    ids: pa.StringArray
+    sources: pa.StringArray
+    text_hashes: pa.FixedSizeBinaryArray
+    n_shingles: np.ndarray  # int32, per row of the run
+    signatures: np.ndarray | SignatureSource  # (n, width) per row of the run, in memory or spilled
+    rows: np.ndarray  # int64: the run's rows to take
+    phashes: Callable[[np.ndarray], pa.UInt64Array | None]  # the phash of given rows; None: no image has one
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def width(self) -> int:
+        return self.signatures.shape[1] if isinstance(self.signatures, np.ndarray) else self.signatures.width
+
+    def has_phash(self) -> bool:
+        found = self.phashes(self.rows)
+        return found is not None and found.null_count < len(found)
+
+    def rows_slice(self, a: int, b: int) -> AcceptedSignatures:
+        rows = self.rows[a:b]
+        take = pa.array(rows, pa.int64())
+        sigs = self.signatures[rows] if isinstance(self.signatures, np.ndarray) else self.signatures.rows(rows)
+        return AcceptedSignatures(self.ids.take(take), self.sources.take(take), self.text_hashes.take(take),
+                                  self.n_shingles[rows], sigs, self.phashes(rows))
+
+
+def artifact_row_groups(parts: list[AcceptedSignatures | TakenSignatures], settings: DedupSettings,
+                        rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The artifact of `parts` one after the other (an earlier run's accepted signatures, then this
+    run's), `rows` rows a row group (the last one shorter): the tables of the parts joined
+    (`extended`) and cut every `rows` rows, with only a row group's rows materialised at a time."""
+    width = parts[-1].width  # this run's (an empty earlier artifact's may be num_perm's)
+    parts = [p for p in parts if len(p)]
+    schema = signatures_schema(width, settings, phash=any(p.has_phash() for p in parts))
+    return schema, _row_groups(parts, schema, rows)
+
+
+def _row_groups(parts: list[AcceptedSignatures | TakenSignatures], schema: pa.Schema, rows: int) -> Iterator[pa.Table]:
+    starts = np.cumsum([0, *(len(p) for p in parts)])
+    for a in range(0, int(starts[-1]), rows):
+        b = min(a + rows, int(starts[-1]))
+        pieces = [p.rows_slice(max(a, s) - s, min(b, s + len(p)) - s)
+                  for p, s in zip(parts, starts[:-1].tolist(), strict=True) if s < b and s + len(p) > a]
+        group = pieces[0]
+        for piece in pieces[1:]:  # a row group across an earlier run's rows and this run's
+            group = group.extended(piece)
+        if "phash" in schema.names and group.phashes is None:
+            group.phashes = group.phash_array()
+        yield group._table(0, len(group), np.asarray(group.signatures), schema)

@@ -262,3 +262,51 @@ def test_the_stage_leaves_the_decisions_table_out_and_writes_the_same_tables(tmp
     d = full.decisions.filter(pa.compute.invert(full.decisions["keep"]))  # the exclusions are its removed rows
     assert full.exclusions()["id"].to_pylist() == d["id"].to_pylist()
     assert full.exclusions()["kept_id"].to_pylist() == d["kept_id"].to_pylist()
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+@pytest.mark.parametrize("prior_rows,with_phash", [(0, False), (11, False), (11, True), (0, True)])
+def test_artifact_row_groups_are_the_joined_artifact_cut_every_n_rows(tmp_path, spilled, prior_rows, with_phash):
+    """The stage's artifact is taken a row group at a time from the run's columns (TakenSignatures):
+    the tables are those of the earlier run's artifact extended by every accepted row taken at once,
+    cut every `rows` rows, including a row group across the two runs and phashes on either side."""
+    from platform_assets.dedup.signature_store import AcceptedSignatures, TakenSignatures, artifact_row_groups
+
+    rng = np.random.default_rng(5)
+    # with 11 earlier rows, the second row group is 3 of them and 5 of this run's
+    settings, width, n = DedupSettings(), 4, 40
+    ids = pa.array([f"doc-{i:03d}" for i in range(n)])
+    sources = pa.array(["web" if i % 3 else "code" for i in range(n)])
+    hashes = pa.array([rng.bytes(16) for _ in range(n)], pa.binary(16))
+    n_shingles = rng.integers(0, 50, n).astype(np.int32)
+    sigs = rng.integers(0, 2**32, (n, width), dtype=np.uint64).astype(np.uint32)
+    kept = rng.permutation(n)[:29]  # in keep-policy order, not row order
+    image_rows = np.array([3, 8, 21], np.int64) if with_phash and prior_rows == 0 else np.zeros(0, np.int64)
+    phash_values = np.array([7, 9, 11], np.uint64)[: len(image_rows)]
+
+    def phashes_of(rows):
+        return deduplicator._phashes_of(rows, image_rows, phash_values)
+
+    source = sigs
+    if spilled:
+        source = SignatureSpill(tmp_path, width)
+        source.add(sigs)
+    prior = AcceptedSignatures(
+        pa.array([f"old-{i}" for i in range(prior_rows)], pa.string()), pa.array(["web"] * prior_rows, pa.string()),
+        pa.array([rng.bytes(16) for _ in range(prior_rows)], pa.binary(16)), np.arange(prior_rows, dtype=np.int32),
+        rng.integers(0, 2**32, (prior_rows, width), dtype=np.uint64).astype(np.uint32),
+        pa.array([5 if i % 2 else None for i in range(prior_rows)], pa.uint64()) if with_phash and prior_rows else None,
+    ) if prior_rows else AcceptedSignatures.empty(128)
+    take = pa.array(kept, pa.int64())
+    whole = prior.extended(AcceptedSignatures(ids.take(take), sources.take(take), hashes.take(take), n_shingles[kept],
+                                              sigs[kept], phashes_of(kept))).to_table(settings)
+
+    taken = TakenSignatures(ids, sources, hashes, n_shingles, source, kept, phashes_of)
+    schema, groups = artifact_row_groups([prior, taken], settings, 8)
+    groups = list(groups)
+    assert schema == whole.schema and ("phash" in schema.names) == with_phash
+    total = prior_rows + 29
+    assert [g.num_rows for g in groups] == [8] * (total // 8) + ([total % 8] if total % 8 else [])
+    assert pa.concat_tables(groups).equals(whole)
+    if spilled:
+        source.close()
