@@ -73,7 +73,8 @@ def duplicate_ids(storage: Storage, rel_dir: str, pattern: str = "part-*.parquet
         return DuplicateIds(rows, rows, [])
     # the rows whose hash repeats: the same id read twice, or (chance) two ids with one hash
     suspects = pa.table({"id": pa.chunked_array(
-        [ids.filter(pa.array(np.isin(id_hashes(ids), repeated))) for ids in _id_columns(dataset)], pa.string())})
+        [ids.filter(pa.array(np.isin(id_hashes(ids), repeated))).cast(pa.string()) for ids in _id_columns(dataset)],
+        pa.string())})
     con = duckdb.connect()
     con.register("suspects", suspects)
     groups, examples = con.execute("SELECT count(DISTINCT id) FROM suspects").fetchone()[0], con.execute(

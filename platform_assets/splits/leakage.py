@@ -350,7 +350,6 @@ def check_leakage(
     return checker.finish()
 
 
-
 def _hashes_in_two_splits(hashes: pa.FixedSizeBinaryArray, splits: np.ndarray) -> pa.Array:
     """The distinct 16-byte hashes held by rows of two or more splits: the rows sorted by (hash,
     split), a row whose hash is its predecessor's and whose split is not. Arrow's group-by with a
@@ -365,6 +364,7 @@ def _hashes_in_two_splits(hashes: pa.FixedSizeBinaryArray, splits: np.ndarray) -
     del ordered
     differs &= splits[order[1:]] != splits[order[:-1]]
     return pc.unique(hashes.take(pa.array(order[1:][differs], pa.int64())))
+
 
 def _split_codes(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each row's split as its index in SPLIT_NAMES (int8; -1 for any other value or null): 1 B a

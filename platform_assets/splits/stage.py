@@ -78,7 +78,6 @@ def _parse_field(key: str, spec: str, schema: pa.Schema, in_rel: str) -> FieldPa
         raise ValueError(f"{key}: {e} in {in_rel}") from e
 
 
-
 class _PieceSplitter:
     """Gives each piece of the write pass its `split` column, in stream order: from the assignment of
     pass 1 (`assigned`, row i of the stream is row i of it) or a seeded hash of each id; counts the
@@ -104,6 +103,7 @@ class _PieceSplitter:
         if "split" in table.schema.names:
             table = table.drop_columns(["split"])
         return table.append_column("split", split)
+
 
 def split_outputs(
     storage: Storage,
