@@ -8,15 +8,12 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from platform_assets.dedup.hash64 import id_hashes
-from platform_assets.query import output_dataset
+from platform_assets.parquet_parts import output_rows, read_batches
 from platform_assets.schema import schema_tag
 from platform_assets.storage import Storage
-
-ID_READ_BUFFER_BYTES = 2**20
 
 
 def schema_problems(storage: Storage, rel_dir: str, expected: pa.Schema, pattern: str = "part-*.parquet") -> list[str]:
@@ -48,21 +45,18 @@ class DuplicateIds:
         return self.rows - self.distinct
 
 
-def duplicate_ids(storage: Storage, rel_dir: str, pattern: str = "part-*.parquet") -> DuplicateIds:
+def duplicate_ids(storage: Storage, rel_dir: str) -> DuplicateIds:
     """Counts ids and distinct ids: a 64-bit hash of each id, sorted; only the ids whose hash repeats
     are read again and counted by DuckDB. DuckDB's count(DISTINCT id) over every id held them all in
     its hash table: +47 MB at pipeline_scaling's 1x, +89 MB at 16x (336k ids); the hashes are 8 B an
-    id. They fill one array, sorted in place, from the id column read a row group at a time: from
+    id. They fill one array, sorted in place, from the id column read a batch at a time: from
     Arrow's dataset scanner into a list of arrays the check took +29 MB on the 16x output alone
-    (+24 like this), and in the dedup stage after the exact check 375 MB against 365."""
-    dataset = output_dataset(storage, rel_dir, pattern)
-    if dataset is None:
-        return DuplicateIds(0, 0, [])
-    ordered = np.empty(dataset.count_rows(), np.uint64)  # the row count is in the footers
+    (+10 like this), and in the dedup stage after the exact check 375 MB against 354."""
+    ordered = np.empty(output_rows(storage, rel_dir), np.uint64)  # the row count is in the footers
     at = 0
-    for ids in _id_columns(dataset):
-        ordered[at : at + len(ids)] = id_hashes(ids)
-        at += len(ids)
+    for batch in _id_batches(storage, rel_dir):
+        ordered[at : at + batch.num_rows] = id_hashes(batch.column("id"))
+        at += batch.num_rows
     if at != len(ordered):
         raise RuntimeError(f"{rel_dir} changed while its ids were read: {at} read, {len(ordered)} in the footers")
     ordered.sort()
@@ -73,8 +67,8 @@ def duplicate_ids(storage: Storage, rel_dir: str, pattern: str = "part-*.parquet
         return DuplicateIds(rows, rows, [])
     # the rows whose hash repeats: the same id read twice, or (chance) two ids with one hash
     suspects = pa.table({"id": pa.chunked_array(
-        [ids.filter(pa.array(np.isin(id_hashes(ids), repeated))).cast(pa.string()) for ids in _id_columns(dataset)],
-        pa.string())})
+        [b.column("id").filter(pa.array(np.isin(id_hashes(b.column("id")), repeated))).cast(pa.string())
+         for b in _id_batches(storage, rel_dir)], pa.string())})
     con = duckdb.connect()
     con.register("suspects", suspects)
     groups, examples = con.execute("SELECT count(DISTINCT id) FROM suspects").fetchone()[0], con.execute(
@@ -83,11 +77,7 @@ def duplicate_ids(storage: Storage, rel_dir: str, pattern: str = "part-*.parquet
     return DuplicateIds(rows, rows - suspects.num_rows + groups, [(i, n) for i, n in examples])
 
 
-def _id_columns(dataset: pads.FileSystemDataset) -> Iterator[pa.Array]:
-    """The `id` column of each row group, in file order, one row group at a time through a 1 MiB stream
-    (Arrow's dataset scanner reads 16 batches and 4 files ahead)."""
-    for path in dataset.files:
-        with dataset.filesystem.open_input_file(path) as f:
-            part = pq.ParquetFile(f, pre_buffer=False, buffer_size=ID_READ_BUFFER_BYTES)
-            for group in range(part.num_row_groups):
-                yield part.read_row_group(group, columns=["id"], use_threads=False).column("id").combine_chunks()
+def _id_batches(storage: Storage, rel_dir: str) -> Iterator[pa.RecordBatch]:
+    """The `id` column a batch at a time, local parts through a 1 MiB stream (Arrow's dataset scanner
+    read 16 batches and 4 files ahead)."""
+    return read_batches(storage, rel_dir, ["id"], pre_buffer=not storage.is_local)
