@@ -101,6 +101,14 @@ def text_hashes(
     return pa.FixedSizeBinaryArray.from_buffers(TEXT_HASH_TYPE, len(arr), [None, pa.py_buffer(b"".join(digests))])
 
 
+def key_words(keys: pa.FixedSizeBinaryArray) -> np.ndarray:
+    """(n, 2) uint64: each 16-byte key's bytes, a read-only view of the array's buffer (an offset slice
+    too). Sorted, equal neighbours are equal keys, without a hash table of them all. A null key would
+    need its own rule: dedup keys every document."""
+    if keys.null_count:
+        raise ValueError(f"{keys.null_count} documents without an exact-dedup key")
+    return np.frombuffer(keys.buffers()[1], dtype="<u8", count=2 * len(keys), offset=16 * keys.offset).reshape(-1, 2)
+
 def first_of_each_hash(text_hash: pa.Array | pa.ChunkedArray, rank: np.ndarray) -> np.ndarray:
     """For every row, the rank of the best-ranked row with the same text hash (Arrow group-by).
 

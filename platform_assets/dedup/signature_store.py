@@ -183,11 +183,11 @@ class AcceptedSignatures:
 
 
 class SignatureSource(Protocol):
-    """A run's signatures on disk (signature_spill.SignatureSpill): `rows(indices)` reads those rows."""
+    """A run's signatures on disk (signature_spill.SignatureSpill): `spill[indices]` reads those rows."""
 
     width: int
 
-    def rows(self, indices: np.ndarray) -> np.ndarray: ...
+    def __getitem__(self, indices: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass
@@ -220,9 +220,8 @@ class TakenSignatures:
     def rows_slice(self, a: int, b: int) -> AcceptedSignatures:
         rows = self.rows[a:b]
         take = pa.array(rows, pa.int64())
-        sigs = self.signatures[rows] if isinstance(self.signatures, np.ndarray) else self.signatures.rows(rows)
         return AcceptedSignatures(self.ids.take(take), self.sources.take(take), self.text_hashes.take(take),
-                                  self.n_shingles[rows], sigs, self.phashes(rows))
+                                  self.n_shingles[rows], self.signatures[rows], self.phashes(rows))
 
 
 def artifact_row_groups(parts: list[AcceptedSignatures | TakenSignatures], settings: DedupSettings,

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO
 from platform_assets.dedup.band_buckets import BandBuckets, ShingleSpill, SpillDir
-from platform_assets.dedup.exact import TEXT_HASH_TYPE
+from platform_assets.dedup.exact import TEXT_HASH_TYPE, key_words
 from platform_assets.dedup.image_near import image_phashes, near_pairs, similarity
 from platform_assets.dedup.keys import exact_keys, near_dedup_texts
 from platform_assets.dedup.lsh_shape import lsh_shape
@@ -355,9 +355,7 @@ def _hashes_in_two_splits(hashes: pa.FixedSizeBinaryArray, splits: np.ndarray) -
     split), a row whose hash is its predecessor's and whose split is not. Arrow's group-by with a
     count of distinct splits per hash held a hash table of every hash: +24 MB over the check at
     pipeline_scaling's 16x (336k documents), where it was the check's peak."""
-    if hashes.null_count:
-        raise ValueError(f"{hashes.null_count} documents without an exact key")
-    words = np.frombuffer(hashes.buffers()[1], "<u8", 2 * len(hashes), 16 * hashes.offset).reshape(-1, 2)
+    words = key_words(hashes)
     order = np.lexsort((splits, words[:, 1], words[:, 0]))
     ordered = words[order]
     differs = (ordered[1:] == ordered[:-1]).all(axis=1)

@@ -49,18 +49,18 @@ def test_exact_duplicate_check_reads_in_io_batches(tmp_path, monkeypatch):
 
 
 def test_exact_groups_are_counted_as_arrow_counts_them_from_sliced_keys():
-    """`_key_words` reads a key array's own 16-byte values, an offset slice's too; equal neighbours of
+    """`key_words` reads a key array's own 16-byte values, an offset slice's too; equal neighbours of
     the sorted words count what len - count_distinct counts."""
     import numpy as np
     import pyarrow.compute as pc
 
-    from platform_assets.defs.deduplicated_documents.checks import _key_words
+    from platform_assets.dedup.exact import key_words
 
     rng = np.random.default_rng(3)
     pool = rng.integers(0, 256, size=(50, 16), dtype=np.uint8)
     rows = pool[rng.integers(0, 50, size=400)]  # 400 keys of 50 values: many repeats
     keys = pa.array([r.tobytes() for r in rows], pa.binary(16)).slice(37, 300)
-    words = _key_words(keys)
+    words = key_words(keys)
     assert [w.tobytes() for w in words] == keys.to_pylist()
     ordered = np.sort(words.view([("high", "<u8"), ("low", "<u8")]).ravel())
     assert int((ordered[1:] == ordered[:-1]).sum()) == len(keys) - pc.count_distinct(keys).as_py() > 0

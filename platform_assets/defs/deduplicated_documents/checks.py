@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 import numpy as np
-import pyarrow as pa
 
 from platform_assets.contracts import IOSettings
 from platform_assets.dedup.batch_slices import text_row_slices
+from platform_assets.dedup.exact import key_words
 from platform_assets.dedup.keys import MEDIA_KEY_COLUMNS, exact_keys
 from platform_assets.dedup.settings import DedupSettings
 from platform_assets.dedup.stage import DedupStageResult
@@ -40,21 +40,15 @@ def exact_duplicate_groups(storage: Storage, rel: str, settings: DedupSettings, 
     # each key's 16 bytes as two uint64 words, sorted: equal neighbours are the duplicates. Arrow's
     # count_distinct of the keys held a hash table of them all: +55 MB at pipeline_scaling's 1x, +109
     # at 16x (336k documents), where the check was the stage's peak
-    keys = [_key_words(exact_keys(piece, settings.exact)) for b in TableSource(storage, rel, key_io).batches(columns)
+    # copies, not views of the batches' buffers: those are released
+    keys = [key_words(exact_keys(piece, settings.exact)).copy()
+            for b in TableSource(storage, rel, key_io).batches(columns)
             for piece in text_row_slices(b, settings.slice_bytes)]
     if not keys:
         return 0
     ordered = np.sort(np.concatenate(keys).view([("high", "<u8"), ("low", "<u8")]).ravel())
     del keys
     return int((ordered[1:] == ordered[:-1]).sum())
-
-
-def _key_words(keys: pa.FixedSizeBinaryArray) -> np.ndarray:
-    """(n, 2) uint64: each 16-byte key's bytes (a null key would need its own rule: dedup keys them all)."""
-    if keys.null_count:
-        raise ValueError(f"{keys.null_count} documents without an exact-dedup key")
-    data = np.frombuffer(keys.buffers()[1], dtype="<u8", count=2 * len(keys), offset=16 * keys.offset)
-    return data.reshape(-1, 2).copy()  # not a view of the batch's buffer: that is released
 
 
 def evaluate_dedup_checks(storage: Storage, rel: str, stage: DedupStageResult,
