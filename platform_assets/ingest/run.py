@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
+from platform_assets.heap import mmap_threshold_fixed
 from platform_assets.ingest.file_partitions import SourcePartition
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
 from platform_assets.ingest.records import QuarantineSink, RecordBlock
@@ -145,7 +146,8 @@ def ingest_source(
         return _ingest_subset(cfg, name, storage, out_rel, s3)
     units = source_units(cfg, name, s3, part)
     groups = input_groups(units, cfg.ingest)
-    with TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
+    with mmap_threshold_fixed(cfg.ingest.malloc_mmap_threshold), \
+            TableSink(storage, out_rel, DOCUMENTS_SCHEMA, cfg.io) as out:
         workers = min(cfg.ingest.parallel_files, len(groups))
         # A group alone keeps ~2 threads busy (parse, then compression in its writer thread); a
         # reader may add parse threads only while that leaves cores idle.

@@ -126,3 +126,35 @@ def test_a_parsed_blocks_mapped_pages_go_before_its_documents_are_written(tmp_pa
     grown = first_block(big.path, big)
     # before: the block's 16 MiB stayed mapped while its documents were written (two groups: 2 x 16 MiB)
     assert grown < 2 * 2**20, grown
+
+
+@pytest.mark.parametrize("threshold", [128 * 2**10, None])
+def test_the_sources_batches_are_written_under_the_fixed_mmap_threshold(tmp_path, write_config, monkeypatch,
+                                                                         threshold):
+    """glibc's mmap threshold is fixed at `ingest.malloc_mmap_threshold` while the groups are read and
+    written, and left at glibc's ceiling after (platform_assets/heap.py); `null` leaves malloc alone."""
+    from platform_assets import heap
+
+    events: list[tuple] = []
+    monkeypatch.setattr(heap, "_mallopt", lambda param, value: events.append(("mallopt", param, value)) or True)
+    real = parquet_parts.parquet_writer
+
+    def parquet_writer(sink, schema, compression):
+        writer = real(sink, schema, compression)
+        write_batch = writer.write_batch
+        writer.write_batch = lambda batch, *a, **k: events.append(("write",)) or write_batch(batch, *a, **k)
+        return writer
+
+    monkeypatch.setattr(parquet_parts, "parquet_writer", parquet_writer)
+    _files(tmp_path / "in", files=3, lines=100)
+    cfg = write_config([{"name": "docs", "format": "jsonl", "path": str(tmp_path / "in")}],
+                       storage={"root": str(tmp_path / "out")}, io={"batch_rows": 64},
+                       ingest={"group_input_bytes": 1, "malloc_mmap_threshold": threshold})
+    result = ingest_source(cfg, "docs", Storage(cfg.storage_root), "raw_documents/docs")
+    writes = [("write",)] * 6  # 3 groups of one file, 2 batches each
+    assert result.rows == 300
+    if threshold is None:
+        assert events == writes
+    else:
+        assert events == [("mallopt", heap.M_MMAP_THRESHOLD, threshold), *writes,
+                          ("mallopt", heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD_CEILING)]
