@@ -46,6 +46,14 @@ Measured per stage, from the parent:
   a child Dagster forks before it execs (its compute-log `tail -F`) shows the whole parent's RSS for a
   moment (+200-230 MB in a sample at 1x: dedup 594 against 413-446 at the other scales); max process
   RSS: the largest single process's high-water mark (`ru_maxrss` of wait4: exact, not sampled).
+- peak RSS (HWM), the measure the flatness and limit verdicts lead with: the stage process's
+  high-water mark (`ru_maxrss` it reads itself when its work is done) plus every other process's
+  VmHWM at its last sample (Dagster's two compute-log `tail -F` and their two `watch_orphans.py`,
+  ~26 MB together; cleaning's forkserver and workers). Sampling misses brief peaks, more in short
+  runs: dedup's python at 1x (7 s) sampled 359-377 MB of its 393, at 16x (111 s) 407 of 413, so the
+  sampled ratio read 1.11x where the process's own was 1.05x. A sum of per-process peaks is at or
+  above the tree's true peak; the sampled sums stay in the report beside it. At the tree's peak
+  sample each process's RSS is recorded too (`peak_tree_processes`).
 - the machine's load: 1-min load average at the start of each stage, and the cores other processes
   used while it ran (/proc/stat minus the tree's own CPU), as the harness records them.
 """
@@ -149,6 +157,8 @@ def stage_main(argv: list[str]) -> int:
         failure = str(events[0].event_specific_data.error.message if events else "run failed")[:2000]
     Path(result_path).write_text(json.dumps({
         "success": result.success, "failure": failure, "work_seconds": work, "work_cpu_seconds": cpu,
+        # the kernel's exact high-water mark of this process's RSS (Linux: KiB)
+        "stage_process_hwm_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "metadata": metadata, "checks": checks}, indent=1))
     return 0 if result.success else 1
 
@@ -168,6 +178,9 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
                                 stdin=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
     peak_tree = peak_pss = peak_procs = samples = 0
+    peak_members: list[dict[str, Any]] = []  # the processes of the peak tree sample, what a gap is made of
+    hwm: dict[int, tuple[str, int]] = {}  # pid -> (name, VmHWM at its last sample): every process the tree had
+    stage_rss_max = 0  # the stage process's largest RSS sample
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -177,13 +190,22 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         except psutil.NoSuchProcess:
             tree = []
         total = total_pss = 0
+        members = []
         for p in tree:
             try:
                 mem = p.memory_full_info()
+                name = p.name()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
             total, total_pss = total + mem.rss, total_pss + getattr(mem, "pss", mem.rss)
-        peak_tree, peak_procs, samples = max(peak_tree, total), max(peak_procs, len(tree)), samples + 1
+            members.append({"pid": p.pid, "name": name, "rss_bytes": mem.rss})
+            if (high := _high_water_mark(p.pid)) is not None:
+                hwm[p.pid] = (name, high)
+            if p.pid == proc.pid:
+                stage_rss_max = max(stage_rss_max, mem.rss)
+        if total > peak_tree:
+            peak_tree, peak_members = total, members
+        peak_procs, samples = max(peak_procs, len(tree)), samples + 1
         peak_pss = max(peak_pss, total_pss)
         time.sleep(SAMPLE_INTERVAL_S)
     wall = time.monotonic() - t0
@@ -191,9 +213,12 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
     busy1 = cpu_busy_seconds()
     cpu = usage.ru_utime + usage.ru_stime  # the child and every descendant it reaped (Linux wait4)
     rec: dict[str, Any] = {
-        "stage": label, "asset": asset, "partition": partition, "exit_code": proc.returncode,
+        "stage": label, "asset": asset, "partition": partition, "pid": proc.pid, "exit_code": proc.returncode,
         "wall_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": peak_tree,
         "peak_tree_pss_bytes": peak_pss, "max_process_rss_bytes": usage.ru_maxrss * 1024, "processes": peak_procs,
+        "peak_tree_processes": peak_members,
+        "process_high_water_marks": [{"pid": pid, "name": name, "hwm_bytes": high}
+                                     for pid, (name, high) in hwm.items()],
         "rss_samples": samples,
         "loadavg_1m_at_start": load,
         "others_cpu_cores": (max(0.0, (busy1 - busy0 - cpu) / wall) if busy0 is not None and busy1 is not None
@@ -201,12 +226,41 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
     }
     if result_path.exists():
         rec.update(json.loads(result_path.read_text()))
+    # peak RSS from high-water marks: the stage process's own (read by itself when its work is done;
+    # Linux keeps RSS counters per CPU and folds them in lazily, so its samples may exceed it by a few
+    # pages: the larger counts) plus each other process's last sampled VmHWM. Not sampled, so a brief
+    # peak is not missed (a 50 ms sample of a 7 s dedup run at 1x read 363-377 MB of its python's
+    # 393); a sum of peaks that need not coincide, so not below the tree's true peak.
+    if "stage_process_hwm_bytes" in rec:
+        rec["stage_process_peak_bytes"] = max(rec["stage_process_hwm_bytes"], stage_rss_max,
+                                              hwm.get(proc.pid, ("", 0))[1])
+        others = sum(high for pid, (_, high) in hwm.items() if pid != proc.pid)
+        rec["peak_hwm_rss_bytes"] = rec["stage_process_peak_bytes"] + others
     if proc.returncode != 0 or not rec.get("success") or not all(c["passed"] for c in rec.get("checks", [])):
         tail = log_path.read_text(errors="replace").strip().splitlines()[-30:]
         failed = [c["name"] for c in rec.get("checks", []) if not c["passed"]]
         raise SystemExit(f"{label} failed (exit {proc.returncode}; failed checks: {failed or 'none'}; "
                          f"{rec.get('failure')}):\n  " + "\n  ".join(tail))
     return rec
+
+
+def _high_water_mark(pid: int) -> int | None:
+    """VmHWM of /proc/<pid>/status in bytes: the kernel's peak RSS of the process (of its program since
+    its last exec), None when it is gone or has no memory of its own (a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_tree_members(members: list[dict[str, Any]]) -> str:
+    """`python 412 + tail 2 + tail 2 MB`: the processes of the peak tree sample, largest first."""
+    ranked = sorted(members, key=lambda m: -m["rss_bytes"])
+    return " + ".join(f"{m['name']} {m['rss_bytes'] / MB:,.0f}" for m in ranked) + " MB"
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -294,6 +348,8 @@ def run_scale(n: int, inputs: dict[str, Any], work: Path, tokenizer: Path, keep:
                     f"peak tree RSS {rec['peak_tree_rss_bytes'] / MB:,.0f} MB "
                     f"(PSS {rec['peak_tree_pss_bytes'] / MB:,.0f}), "
                     f"max process {rec['max_process_rss_bytes'] / MB:,.0f} MB, "
+                    f"peak RSS (HWM) {(rec.get('peak_hwm_rss_bytes') or 0) / MB:,.0f} MB, "
+                    f"at the tree's peak {peak_tree_members(rec['peak_tree_processes'])}, "
                     f"{len(rec['checks'])} checks passed; load {rec['loadavg_1m_at_start']:.2f}, others "
                     f"{rec['others_cpu_cores'] or 0:.2f} cores")
                 if asset == "deduplicated_documents":

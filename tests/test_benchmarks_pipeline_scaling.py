@@ -76,6 +76,17 @@ def test_pipeline_scaling_tiny(corpus: Path, tmp_path: Path):
                 assert r[key] > 0, (scale["scale"], r["stage"], key)
             assert r["checks"] and all(c["passed"] for c in r["checks"])
             assert r["peak_tree_rss_bytes"] >= 0.5 * r["max_process_rss_bytes"]  # sampled vs exact, same order
+            # the peak sample's processes add up to it, the stage's own python among them
+            members = r["peak_tree_processes"]
+            assert sum(m["rss_bytes"] for m in members) == r["peak_tree_rss_bytes"]
+            assert any(m["name"].startswith("python") for m in members)
+            # the high-water marks: the stage process's peak is at least its own report and any sample
+            # of it, and the peak adds every other process's high-water mark to it
+            stage_samples = [m["rss_bytes"] for m in members if m["pid"] == r["pid"]]
+            assert stage_samples and r["stage_process_peak_bytes"] >= max(stage_samples)
+            assert r["stage_process_peak_bytes"] >= r["stage_process_hwm_bytes"] > 0
+            others = [h["hwm_bytes"] for h in r["process_high_water_marks"] if h["pid"] != r["pid"]]
+            assert r["peak_hwm_rss_bytes"] == r["stage_process_peak_bytes"] + sum(others)
         assert f"| {expected[-1]} | {scale['scale']}x |" in proc.stdout
     assert 1.9 < two["input_bytes"] / one["input_bytes"] < 2.1
     # the copies are distinct documents: none identical, far below the near-dedup threshold, and dedup keeps
