@@ -47,9 +47,10 @@ Measured per stage, from the parent:
   moment (+200-230 MB in a sample at 1x: dedup 594 against 413-446 at the other scales); max process
   RSS: the largest single process's high-water mark (`ru_maxrss` of wait4: exact, not sampled).
 - peak RSS (HWM), the measure the flatness and limit verdicts lead with: the stage process's
-  high-water mark (`ru_maxrss` it reads itself when its work is done) plus every other process's
-  VmHWM at its last sample (Dagster's two compute-log `tail -F` and their two `watch_orphans.py`,
-  ~26 MB together; cleaning's forkserver and workers). Sampling misses brief peaks, more in short
+  high-water mark (`ru_maxrss` it reads itself when its work is done) plus the other processes'
+  VmHWM at their last sample, summed over those alive in the same sample (Dagster's two compute-log
+  `tail -F` and their two `watch_orphans.py`, ~26 MB together; cleaning's forkserver, workers and
+  resource tracker). Sampling misses brief peaks, more in short
   runs: dedup's python at 1x (7 s) sampled 359-377 MB of its 393, at 16x (111 s) 407 of 413, so the
   sampled ratio read 1.11x where the process's own was 1.05x. A sum of per-process peaks is at or
   above the tree's true peak; the sampled sums stay in the report beside it. At the tree's peak
@@ -179,7 +180,8 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
     root = psutil.Process(proc.pid)
     peak_tree = peak_pss = peak_procs = samples = 0
     peak_members: list[dict[str, Any]] = []  # the processes of the peak tree sample, what a gap is made of
-    hwm: dict[int, tuple[str, int]] = {}  # pid -> (name, VmHWM at its last sample): every process the tree had
+    # pid -> (name, VmHWM at its last sample, first and last sample it was seen in): every process the tree had
+    hwm: dict[int, tuple[str, int, int, int]] = {}
     stage_rss_max = 0  # the stage process's largest RSS sample
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -200,7 +202,7 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
             total, total_pss = total + mem.rss, total_pss + getattr(mem, "pss", mem.rss)
             members.append({"pid": p.pid, "name": name, "rss_bytes": mem.rss})
             if (high := _high_water_mark(p.pid)) is not None:
-                hwm[p.pid] = (name, high)
+                hwm[p.pid] = (name, high, hwm[p.pid][2] if p.pid in hwm else samples, samples)
             if p.pid == proc.pid:
                 stage_rss_max = max(stage_rss_max, mem.rss)
         if total > peak_tree:
@@ -217,8 +219,8 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         "wall_seconds": wall, "cpu_seconds": cpu, "peak_tree_rss_bytes": peak_tree,
         "peak_tree_pss_bytes": peak_pss, "max_process_rss_bytes": usage.ru_maxrss * 1024, "processes": peak_procs,
         "peak_tree_processes": peak_members,
-        "process_high_water_marks": [{"pid": pid, "name": name, "hwm_bytes": high}
-                                     for pid, (name, high) in hwm.items()],
+        "process_high_water_marks": [{"pid": pid, "name": name, "hwm_bytes": high, "samples": [first, last]}
+                                     for pid, (name, high, first, last) in hwm.items()],
         "rss_samples": samples,
         "loadavg_1m_at_start": load,
         "others_cpu_cores": (max(0.0, (busy1 - busy0 - cpu) / wall) if busy0 is not None and busy1 is not None
@@ -228,14 +230,16 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         rec.update(json.loads(result_path.read_text()))
     # peak RSS from high-water marks: the stage process's own (read by itself when its work is done;
     # Linux keeps RSS counters per CPU and folds them in lazily, so its samples may exceed it by a few
-    # pages: the larger counts) plus each other process's last sampled VmHWM. Not sampled, so a brief
-    # peak is not missed (a 50 ms sample of a 7 s dedup run at 1x read 363-377 MB of its python's
-    # 393); a sum of peaks that need not coincide, so not below the tree's true peak.
+    # pages: the larger counts) plus the most that the other processes alive together ever add: each
+    # one's VmHWM at its last sample (after its exec: a child sampled between fork and exec reads its
+    # parent's), summed over those seen in the same sample. Not sampled, so a brief peak is not missed
+    # (a 50 ms sample of a 7 s dedup run at 1x read 359-377 MB of its python's 393); a sum of peaks
+    # that need not coincide, so not below the tree's true peak.
     if "stage_process_hwm_bytes" in rec:
         rec["stage_process_peak_bytes"] = max(rec["stage_process_hwm_bytes"], stage_rss_max,
-                                              hwm.get(proc.pid, ("", 0))[1])
-        others = sum(high for pid, (_, high) in hwm.items() if pid != proc.pid)
-        rec["peak_hwm_rss_bytes"] = rec["stage_process_peak_bytes"] + others
+                                              hwm[proc.pid][1] if proc.pid in hwm else 0)
+        others = [(first, last, high) for pid, (_, high, first, last) in hwm.items() if pid != proc.pid]
+        rec["peak_hwm_rss_bytes"] = rec["stage_process_peak_bytes"] + most_alive_together(others)
     if proc.returncode != 0 or not rec.get("success") or not all(c["passed"] for c in rec.get("checks", [])):
         tail = log_path.read_text(errors="replace").strip().splitlines()[-30:]
         failed = [c["name"] for c in rec.get("checks", []) if not c["passed"]]
@@ -255,6 +259,18 @@ def _high_water_mark(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def most_alive_together(spans: list[tuple[int, int, int]]) -> int:
+    """The largest sum of `size` over spans (first, last, size) that share a sample: processes that
+    lived at the same time (a sweep over their starts and ends; an end counts after a start at the
+    same sample, spans are inclusive)."""
+    events = sorted([(first, 0, size) for first, _, size in spans] + [(last, 1, -size) for _, last, size in spans])
+    best = total = 0
+    for _, _, delta in events:
+        total += delta
+        best = max(best, total)
+    return best
 
 
 def peak_tree_members(members: list[dict[str, Any]]) -> str:
