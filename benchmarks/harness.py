@@ -187,10 +187,11 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 # -- the child: one side, one round ---------------------------------------------------------------
-def _proc_status_bytes(key: str) -> int | None:
-    """VmRSS / VmHWM of this process from /proc (Linux), in bytes."""
+def proc_status_bytes(key: str, pid: int | str = "self") -> int | None:
+    """VmRSS / VmHWM of a process (this one by default) from /proc (Linux), in bytes; None when it is
+    gone or has no memory of its own (a zombie)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
@@ -224,7 +225,7 @@ def child_main(argv: list[str]) -> int:
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared)
     gc.collect()
-    rss_setup = _proc_status_bytes("VmRSS")
+    rss_setup = proc_status_bytes("VmRSS")
     profiler = None
     if a.profile:
         import cProfile
@@ -248,7 +249,7 @@ def child_main(argv: list[str]) -> int:
         "cpu_seconds": cpu,
         "minor_page_faults": faults,  # first touches of fresh memory: a proxy for allocation churn
         "rss_after_setup_bytes": rss_setup,
-        "vmhwm_bytes": _proc_status_bytes("VmHWM"),
+        "vmhwm_bytes": proc_status_bytes("VmHWM"),
         "arrow_memory_pool": sys.modules["pyarrow"].default_memory_pool().backend_name if "pyarrow" in sys.modules
         else None,
         **measured,

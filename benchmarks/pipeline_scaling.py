@@ -73,7 +73,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import DEFAULT_WORK_ROOT, GPT2_TOKENIZER_JSON, MB, REPO_ROOT
+from benchmarks.harness import DEFAULT_WORK_ROOT, GPT2_TOKENIZER_JSON, MB, REPO_ROOT, proc_status_bytes
 from benchmarks.pipeline_scaling_report import render, stage_summary, verdict
 from benchmarks.report import cpu_busy_seconds, machine_info
 from benchmarks.scaled_corpus import jaccard_check, prepare_inputs
@@ -201,7 +201,8 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
                 continue
             total, total_pss = total + mem.rss, total_pss + getattr(mem, "pss", mem.rss)
             members.append({"pid": p.pid, "name": name, "rss_bytes": mem.rss})
-            if (high := _high_water_mark(p.pid)) is not None:
+            # VmHWM: the kernel's peak RSS of the process (of its program since its last exec)
+            if (high := proc_status_bytes("VmHWM", p.pid)) is not None:
                 hwm[p.pid] = (name, high, hwm[p.pid][2] if p.pid in hwm else samples, samples)
             if p.pid == proc.pid:
                 stage_rss_max = max(stage_rss_max, mem.rss)
@@ -246,19 +247,6 @@ def run_stage(asset: str, partition: str | None, run_dir: Path, env: dict[str, s
         raise SystemExit(f"{label} failed (exit {proc.returncode}; failed checks: {failed or 'none'}; "
                          f"{rec.get('failure')}):\n  " + "\n  ".join(tail))
     return rec
-
-
-def _high_water_mark(pid: int) -> int | None:
-    """VmHWM of /proc/<pid>/status in bytes: the kernel's peak RSS of the process (of its program since
-    its last exec), None when it is gone or has no memory of its own (a zombie)."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def most_alive_together(spans: list[tuple[int, int, int]]) -> int:

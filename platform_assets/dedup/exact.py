@@ -109,6 +109,7 @@ def key_words(keys: pa.FixedSizeBinaryArray) -> np.ndarray:
         raise ValueError(f"{keys.null_count} documents without an exact-dedup key")
     return np.frombuffer(keys.buffers()[1], dtype="<u8", count=2 * len(keys), offset=16 * keys.offset).reshape(-1, 2)
 
+
 def first_of_each_hash(text_hash: pa.Array | pa.ChunkedArray, rank: np.ndarray) -> np.ndarray:
     """For every row, the rank of the best-ranked row with the same text hash (Arrow group-by).
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 import platform_assets.parquet_parts as parquet_parts
+from platform_assets import heap
 from platform_assets.ingest.readers import source_files
 from platform_assets.ingest.readers.jsonl import read_jsonl
 from platform_assets.ingest.records import RecordBlock
@@ -133,28 +134,16 @@ def test_the_sources_batches_are_written_under_the_fixed_mmap_threshold(tmp_path
                                                                          threshold):
     """glibc's mmap threshold is fixed at `ingest.malloc_mmap_threshold` while the groups are read and
     written, and left at glibc's ceiling after (platform_assets/heap.py); `null` leaves malloc alone."""
-    from platform_assets import heap
-
-    events: list[tuple] = []
-    monkeypatch.setattr(heap, "_mallopt", lambda param, value: events.append(("mallopt", param, value)) or True)
-    real = parquet_parts.parquet_writer
-
-    def parquet_writer(sink, schema, compression):
-        writer = real(sink, schema, compression)
-        write_batch = writer.write_batch
-        writer.write_batch = lambda batch, *a, **k: events.append(("write",)) or write_batch(batch, *a, **k)
-        return writer
-
-    monkeypatch.setattr(parquet_parts, "parquet_writer", parquet_writer)
+    log = EncodeLog(monkeypatch)
+    calls: list[tuple] = []  # each mallopt call with the batches encoded before it
+    monkeypatch.setattr(heap, "_mallopt", lambda param, value: calls.append((param, value, len(log.threads))) or True)
     _files(tmp_path / "in", files=3, lines=100)
     cfg = write_config([{"name": "docs", "format": "jsonl", "path": str(tmp_path / "in")}],
                        storage={"root": str(tmp_path / "out")}, io={"batch_rows": 64},
                        ingest={"group_input_bytes": 1, "malloc_mmap_threshold": threshold})
     result = ingest_source(cfg, "docs", Storage(cfg.storage_root), "raw_documents/docs")
-    writes = [("write",)] * 6  # 3 groups of one file, 2 batches each
-    assert result.rows == 300
+    assert result.rows == 300 and len(log.threads) == 6  # 3 groups of one file, 2 batches each
     if threshold is None:
-        assert events == writes
+        assert calls == []
     else:
-        assert events == [("mallopt", heap.M_MMAP_THRESHOLD, threshold), *writes,
-                          ("mallopt", heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD_CEILING)]
+        assert calls == [(heap.M_MMAP_THRESHOLD, threshold, 0), (heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD_CEILING, 6)]
