@@ -152,6 +152,16 @@ def _flat_ids(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.nd
     return lengths, ids
 
 
+def resize_word_cache(tokenizer: Tokenizer, capacity: int) -> bool:
+    """Set the model's word cache to `capacity` entries (emptied); False for a model without one
+    (WordPiece, WordLevel). settings.TokenizeSettings.word_cache_capacity says why."""
+    resize = getattr(tokenizer.model, "_resize_cache", None)
+    if resize is None:
+        return False
+    resize(capacity)
+    return True
+
+
 def _one_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     if isinstance(batch, pa.RecordBatch):
         return batch
@@ -183,6 +193,9 @@ class DocumentEncoder:
         self._template_vars = artifact.template_variables()
         self._bos_token = artifact.special_tokens.get("bos")
         self._pool = ThreadPoolExecutor(max_workers=PIPELINE_DEPTH, thread_name_prefix="tokenize")
+        if self.settings.word_cache_capacity is not None:
+            for tokenizer in (artifact.text_tokenizer, artifact.tokenizer):
+                resize_word_cache(tokenizer, self.settings.word_cache_capacity)
 
     # -- the batch ---------------------------------------------------------------------------------
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:

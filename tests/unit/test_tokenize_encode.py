@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from platform_assets.tokenize import encode as encode_module
 from platform_assets.tokenize.encode import DocumentEncoder, tokenized_schema
 from platform_assets.tokenize.exclusion_rules import TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, segment_sums
@@ -245,6 +246,46 @@ def test_batch_encoding_equals_per_document_encoding(gpt2: TokenizerArtifact):
             assert row["input_ids"] == art.text_tokenizer.encode(text, add_special_tokens=False).ids + [art.eos_id]
             assert row["loss_mask"] is None
 
+
+
+def test_the_word_cache_capacity_is_applied_to_both_tokenizers_and_changes_no_token(gpt2: TokenizerArtifact,
+                                                                                      monkeypatch):
+    """tokenize.word_cache_capacity bounds the BPE model's word cache (its memory); the cache must never
+    change an id: the same documents give the same rows whether every word is cached, a few, or none."""
+    rng = np.random.default_rng(11)
+    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(rng.integers(1, 12)))) for _ in range(400)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(5, 300)))) for _ in range(120)]
+    metas = [chat(("user", t[:30] or "q"), ("assistant", t[30:] or "a")) if i % 9 == 0 else None
+             for i, t in enumerate(texts)]
+    calls: list[tuple[int, int]] = []
+    real_resize = encode_module.resize_word_cache
+
+    def recorded_resize(tokenizer, capacity):
+        calls.append((id(tokenizer), capacity))
+        return real_resize(tokenizer, capacity)
+
+    monkeypatch.setattr(encode_module, "resize_word_cache", recorded_resize)
+    outputs = {}
+    for capacity in (None, 10_000, 1_000, 3, 0):
+        art = TokenizerArtifact.from_files(gpt2.tokenizer.to_str().encode(), gpt2.to_json() | {"tokenizer_sha256": ""})
+        calls.clear()
+        encoder = DocumentEncoder(art, TokenizeSettings(word_cache_capacity=capacity))
+        outputs[capacity] = encoder.encode(batch(texts, metas))
+        expected = [] if capacity is None else [(id(art.text_tokenizer), capacity), (id(art.tokenizer), capacity)]
+        assert calls == expected
+    assert outputs[None].stats.chat_documents > 0
+    for capacity, out in outputs.items():
+        assert out.batch.equals(outputs[None].batch), capacity
+    assert TokenizeSettings().word_cache_capacity == 1000
+
+
+def test_resize_word_cache_is_for_models_that_have_one():
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE, Unigram, WordPiece
+
+    assert encode_module.resize_word_cache(Tokenizer(BPE()), 10)
+    assert encode_module.resize_word_cache(Tokenizer(Unigram([("a", -1.0), ("<unk>", -2.0)], 1)), 0)
+    assert not encode_module.resize_word_cache(Tokenizer(WordPiece({"a": 0, "[UNK]": 1}, unk_token="[UNK]")), 0)
 
 
 def test_parts_are_the_slices_in_row_order_and_join_to_the_batch(gpt2: TokenizerArtifact):
