@@ -198,15 +198,16 @@ class TokenizeSettings(StrictModel):
     606-621 -> 573-584 MB in-process, the same CPU). `null` leaves malloc as it is."""
 
     word_cache_capacity: Annotated[int, Field(ge=0)] | None = 1000
-    """Words the tokenizer model caches while the stage encodes (BPE and Unigram models; tokenizers'
-    `_resize_cache`, huggingface/tokenizers#1539: its default of 10,000 entries was a memory growth
-    there too). 0 turns the cache off; `null` keeps the tokenizer's own (10,000). The output does not
-    depend on it. At 10,000 the stage's peak rose with the input (in-process, GPT-2 on
-    pipeline_scaling's inputs: 595-637 MB at 1x, 665 at 4x): the arenas of the encoding threads kept
-    ~70 MB more resident after each run of 1 MB documents and did not give it back (malloc_trim
-    released 27 MB of 562). At 1,000: 561 and 587 MB; at 0: 555-562 and 590. Encoding alone (70
-    slices of 1 MiB, two in flight, three runs each): 26.3 CPU-s at 10,000, 28.4 at 1,000, 31.1 at
-    0; the whole stage at 4x ran 246 s at 10,000 and 217 s at 1,000 (one run each)."""
+    """Words the tokenizer model caches while the stage encodes (BPE and Unigram models, through
+    tokenizers' `_resize_cache`; the cache's memory growth is huggingface/tokenizers#1539). 0 turns the
+    cache off; `null` keeps the tokenizer's own (10,000). The output does not depend on it. At 10,000
+    the stage's peak rose with the input (in-process, GPT-2 on pipeline_scaling's inputs: 595-637 MB at
+    1x, 665 at 4x): the arenas of the encoding threads kept ~70 MB more resident after each run of 1 MB
+    documents and did not give it back (malloc_trim released 27 MB of 562). At 1,000: 561 and 587 MB; at
+    0: 555-562 and 590. Encoding alone (70 slices of 1 MiB, two in flight, three runs each): 26.3 CPU-s
+    at 10,000, 28.4 at 1,000, 31.1 at 0; the whole stage at 4x ran 246 s at 10,000 and 217 s at 1,000
+    (one run each). pipeline_scaling's high-water marks, the stage on its 1x / 4x / 16x inputs: 648 /
+    705 / 739 MB at 10,000, 604 / 642 / 676 at 1,000, the same CPU."""
 
     lance: bool = False
     """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import BPE, Unigram, WordPiece
 
 from platform_assets.tokenize import encode as encode_module
 from platform_assets.tokenize.encode import DocumentEncoder, tokenized_schema
@@ -247,7 +249,6 @@ def test_batch_encoding_equals_per_document_encoding(gpt2: TokenizerArtifact):
             assert row["loss_mask"] is None
 
 
-
 def test_the_word_cache_capacity_is_applied_to_both_tokenizers_and_changes_no_token(gpt2: TokenizerArtifact,
                                                                                       monkeypatch):
     """tokenize.word_cache_capacity bounds the BPE model's word cache (its memory); the cache must never
@@ -280,9 +281,6 @@ def test_the_word_cache_capacity_is_applied_to_both_tokenizers_and_changes_no_to
 
 
 def test_resize_word_cache_is_for_models_that_have_one():
-    from tokenizers import Tokenizer
-    from tokenizers.models import BPE, Unigram, WordPiece
-
     assert encode_module.resize_word_cache(Tokenizer(BPE()), 10)
     assert encode_module.resize_word_cache(Tokenizer(Unigram([("a", -1.0), ("<unk>", -2.0)], 1)), 0)
     assert not encode_module.resize_word_cache(Tokenizer(WordPiece({"a": 0, "[UNK]": 1}, unk_token="[UNK]")), 0)
