@@ -80,8 +80,8 @@ def render(result: dict[str, Any]) -> str:
         "wall s: the stage process (start-up and Dagster's definitions loading included); work s: the "
         "materialize call; CPU s: the process tree (wait4), whole process and the materialize call's; peak tree "
         "RSS / PSS: sums over the tree, sampled every 50 ms (PSS counts a shared page once); peak RSS (HWM): the "
-        "stage process's exact high-water mark plus every other process's (VmHWM), not sampled; max process: the "
-        "largest single process's high-water mark.",
+        "stage process's exact high-water mark plus the other processes' (VmHWM), summed over those seen alive "
+        "together, not sampled; max process: the largest single process's high-water mark.",
         "",
         "| stage | scale | input MB | wall s | work s | CPU s | work CPU s | peak RSS (HWM) MB | peak tree RSS MB "
         "| peak tree PSS MB | max process RSS MB | work s / input MB |",

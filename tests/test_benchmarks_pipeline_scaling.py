@@ -91,7 +91,7 @@ def test_pipeline_scaling_tiny(corpus: Path, tmp_path: Path):
             assert sum(m["rss_bytes"] for m in members) == r["peak_tree_rss_bytes"]
             assert any(m["name"].startswith("python") for m in members)
             # the high-water marks: the stage process's peak is at least its own report and any sample
-            # of it, and the peak adds every other process's high-water mark to it
+            # of it, and the peak adds the high-water marks of the other processes alive together to it
             stage_samples = [m["rss_bytes"] for m in members if m["pid"] == r["pid"]]
             assert stage_samples and r["stage_process_peak_bytes"] >= max(stage_samples)
             assert r["stage_process_peak_bytes"] >= r["stage_process_hwm_bytes"] > 0
