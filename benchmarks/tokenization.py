@@ -12,7 +12,8 @@ every run.
   stage reads them. Timed: everything from the input record batch to the output record batches
   (`input_ids` list<int32>, `loss_mask`, counts), one per slice as the stage writes them
   (`encode_parts`): 1 MiB slices, one `encode_batch_fast` call each, ids to one int32 array, EOS
-  placed, Arrow arrays built.
+  placed, Arrow arrays built. As in the stage, inside `serial_tokenizers`: one slice in flight per
+  core (or TOKENIZE_BENCH_THREADS), each encoded on its own thread, tokenizers' pool unused.
 - peer: `tokenizers.Tokenizer.encode_batch(texts, add_special_tokens=False)` on the same texts
   (Python strings, made untimed), 1,000 per call (`datasets.map(batched=True)`'s default batch),
   the same GPT-2 tokenizer. The peer stops at Encoding objects; taking `.ids` out of them, which
@@ -20,8 +21,8 @@ every run.
 
 Both tokenizers encode special-token strings as text (`encode_special_tokens = True`, ours by
 design), so both produce the same tokens: `check` requires equal token counts (ours less one EOS
-per document). Both children get the same thread settings: tokenizers' Rayon pool, one thread per
-core (or TOKENIZE_BENCH_THREADS threads), TOKENIZERS_PARALLELISM=true.
+per document). Both children use one thread per core (or TOKENIZE_BENCH_THREADS threads): the peer
+tokenizers' Rayon pool (TOKENIZERS_PARALLELISM=true), ours its encoder's threads.
 """
 
 from __future__ import annotations
@@ -110,13 +111,14 @@ def _texts(spec: Spec) -> list[str]:
 def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     import pyarrow as pa
 
-    from platform_assets.tokenize.encode import DocumentEncoder
+    from platform_assets.tokenize.encode import DocumentEncoder, serial_tokenizers
     from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
     from platform_assets.tokenize.tokenizer_build import load_pretrained, make_artifact
 
     settings = TokenizerSettings(source="pretrained", path=spec["tokenizer"])
     tokenizer, declared = load_pretrained(spec["tokenizer"])
-    encoder = DocumentEncoder(make_artifact(tokenizer, settings, declared), TokenizeSettings())
+    encoder = DocumentEncoder(make_artifact(tokenizer, settings, declared), TokenizeSettings(),
+                              threads=int(_THREADS) if _THREADS else None)
     texts = _texts(spec)
     batches = []
     for a in range(0, len(texts), RECORD_BATCH_ROWS):
@@ -133,11 +135,12 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
 
     def work():
         rows = tokens = out_bytes = 0
-        for b in batches:
-            for out in encoder.encode_parts(b):  # as the stage takes them: a slice's rows at a time
-                rows += out.batch.num_rows
-                tokens += out.stats.tokens
-                out_bytes += out.batch.nbytes
+        with serial_tokenizers():  # as tokenize.stage.tokenize_outputs runs it
+            for b in batches:
+                for out in encoder.encode_parts(b):  # as the stage takes them: a slice's rows at a time
+                    rows += out.batch.num_rows
+                    tokens += out.stats.tokens
+                    out_bytes += out.batch.nbytes
         return rows, tokens, out_bytes
 
     def finish(result) -> dict[str, Any]:

@@ -51,8 +51,9 @@ class IOSettings(StrictModel):
     part_max_rows: Annotated[int, Field(gt=0)] = 1_000_000
     """... or this many rows: a folder of a million small files must not become a million parts."""
     workers: Annotated[int, Field(gt=0)] | None = None
-    """Processes for CPU-bound per-batch work (cleaning); None: the cores this process may use. The
-    output is byte-identical for any number (batches are cleaned independently, written in order)."""
+    """Processes or threads for CPU-bound per-batch work (cleaning's processes, tokenize's encoding
+    threads); None: the cores this process may use. The output is byte-identical for any number
+    (batches and slices are done independently, written in order)."""
     work_bytes: Annotated[int, Field(gt=0)] = 2 * 2**20
     """CPU-bound Python work (cleaning, its checks) runs on slices of a batch of at most this much
     payload (text and media bytes), so its memory is bounded by this, not by `batch_bytes`: Python
@@ -60,9 +61,12 @@ class IOSettings(StrictModel):
     `batch_bytes` (the slices' results are put back together), so outputs do not depend on it."""
 
     def worker_count(self) -> int:
-        if self.workers is not None:
-            return self.workers
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return self.workers if self.workers is not None else usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 DEFAULT_IO = IOSettings()

@@ -10,13 +10,12 @@ one-row batches (2x slower than one batch).
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult
+from platform_assets.contracts import PART_PREFIX, QUARANTINE_FILE, StageResult, usable_cores
 from platform_assets.heap import mmap_threshold_fixed
 from platform_assets.ingest.file_partitions import SourcePartition
 from platform_assets.ingest.readers import InputUnit, source_root, source_units
@@ -87,10 +86,6 @@ class IngestResult(StageResult):
         return sum(int(f["bytes"]) for f in self.files.values())
 
 
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def input_groups(units: list[InputUnit], settings: IngestSettings) -> list[list[InputUnit]]:
     """Consecutive units, cut where a group reaches `group_input_bytes` or `group_max_files` (for
     media units also `media_group_files`: files, or a manifest chunk's rows)."""
@@ -151,7 +146,7 @@ def ingest_source(
         workers = min(cfg.ingest.parallel_files, len(groups))
         # A group alone keeps ~2 threads busy (parse, then compression in its writer thread); a
         # reader may add parse threads only while that leaves cores idle.
-        parse_threads = 2 * workers < _usable_cores()
+        parse_threads = 2 * workers < usable_cores()
         # Groups read at once encode their batches in their own threads, one group at a time, so
         # together they hold one encode and one parse (or parsed batch) per other group, as a group
         # alone holds one encode and one parse. Each with its own writer thread they held an encode

@@ -7,10 +7,12 @@ Input columns: `id`, `source`, `split`, `text`, `meta` (others ignored). Output 
 null for plain text: every token counts), `num_tokens`, `loss_tokens` (int32).
 
 - Plain text: the batch is cut into slices of `encode_slice_bytes` of text, and each slice is ONE
-  `encode_batch_fast` call (Rust, parallel over documents, no offsets computed; two slices in
-  flight so that no core waits for a slice's longest document); ids come out as
-  one flat int32 array and lengths, and BOS/EOS, truncation and chunking are offset arithmetic
-  (sequences.py). Special-token strings in the text are encoded as text (tokenizer_artifact.py).
+  `encode_batch_fast` call (Rust, no offsets computed), run serially on one of the encoder's
+  threads, one slice in flight per core (`serial_tokenizers` says why not tokenizers' own threads);
+  a document of `own_thread_min_chars` or more is encoded on a thread started for it. Ids come
+  out as one flat int32 array and lengths, and BOS/EOS, truncation and chunking are offset
+  arithmetic (sequences.py). Special-token strings in the text are encoded as text
+  (tokenizer_artifact.py).
 - Chat documents (meta holds `messages`): validated (conversations.py), rendered by the chat
   template into segments (chat_template.py); all segments of a slice are one more batched call,
   and the mask is each segment's flag repeated over its tokens: 1 on what the template's
@@ -30,9 +32,11 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from platform_assets.contracts import Counts
+from platform_assets.contracts import Counts, usable_cores
 from platform_assets.heap import release_freed_heap
 from platform_assets.tokenize.chat_template import render_chat
 from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
@@ -64,11 +68,13 @@ TOKENIZED_FIELDS = [
     pa.field("loss_tokens", pa.int32(), nullable=False),
 ]
 _INT32_MAX = 2**31 - 1
-PIPELINE_DEPTH = 2
-"""Slices in the tokenizer at once (measured below, in `encode_parts`); each holds ~100 bytes of Encoding
+MIN_PIPELINE_DEPTH = 2
+"""Slices in the tokenizer at once: one per encoding thread, at least two, so that the tokenizer also
+works while the caller writes (measured below, in `encode_parts`); each holds ~100 bytes of Encoding
 objects per token, ~40 MB at the default 1 MiB of 0.4 tokens per byte
 (settings.TokenizeSettings.encode_slice_bytes). Fewer while the slices' largest documents would add up
 to more than a slice's bytes (`encode_parts`)."""
+PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"
 _VALUE_MAX_CHARS = 200  # as cleaning's exclusions: for humans and GROUP BY
 
 
@@ -140,11 +146,62 @@ class _Slice:
     uncut: np.ndarray  # tokens each row stands for before truncation (summed per document: its full length)
 
 
-def _flat_ids(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """One batched encode; (lengths int64, concatenated ids int32)."""
+@contextmanager
+def serial_tokenizers() -> Iterator[None]:
+    """tokenizers' batch calls run on the calling thread, not on its Rayon pool, while inside; the
+    previous setting is put back on leaving.
+
+    Why: the encoder runs one slice per core on its own threads. With Rayon, each slice was split
+    again over tokenizers' pool, whose threads live as long as the process: every run of 1 MB
+    documents (~105-130 bytes per byte of text while encoded) fragmented their glibc arenas, which
+    kept ~100 MB free but resident each and never gave it back, so the stage's floor rose with
+    the input (pipeline_scaling's 4x input: ~455 -> ~505 MB, one step per such run; 16x has
+    sixteen). Serially on the encoder's threads, with each large document on a thread of its own
+    (`own_thread_min_chars`), the floor stayed at ~440-480 MB and the arenas went back to 200-225
+    MB after each large document; in-process, one after the other on the same quiet machine, the
+    4x / 1x peaks were 570 / 568 MB (1.004x) against 601 / 575 (1.045x), and the CPU 503.1 / 113.1
+    against 565.1 / 118.9 s (no pool threads splitting and stealing work the encoder's own
+    threads already spread over the cores).
+
+    tokenizers reads TOKENIZERS_PARALLELISM at each batch call and has no other switch a Python
+    caller can reach. The variable is the process's: it is set here before the encoder's threads
+    encode and put back after, so the tokenizer's training (Rayon, the same process in an
+    in-process job) is not slowed. It is never set to true here, which would keep tokenizers from
+    turning its pool off in a forked child."""
+    previous = os.environ.get(PARALLELISM_VARIABLE)
+    os.environ[PARALLELISM_VARIABLE] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(PARALLELISM_VARIABLE, None)
+        else:
+            os.environ[PARALLELISM_VARIABLE] = previous
+
+
+def _encode_on_own_thread(tokenizer: Tokenizer, text: str) -> Any:
+    """One document's Encoding, made on a thread started for it: its ~105-130 bytes per byte of text
+    come from an arena no long-lived thread allocates from, so they go back when it is freed
+    (`serial_tokenizers` has the figures)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize-large") as own:
+        return own.submit(tokenizer.encode_batch_fast, [text], add_special_tokens=False).result()[0]
+
+
+def _flat_ids(tokenizer: Tokenizer, texts: list[str], own_thread_min_chars: int | None = None,
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """One batched encode (texts of `own_thread_min_chars` or more each on a thread of its own);
+    (lengths int64, concatenated ids int32)."""
     if not texts:
         return np.zeros(0, np.int64), np.zeros(0, np.int32)
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    large = [i for i, t in enumerate(texts) if len(t) >= own_thread_min_chars] if own_thread_min_chars else []
+    if large:
+        large_rows = set(large)
+        ordinary = [t for i, t in enumerate(texts) if i not in large_rows]
+        encodings = tokenizer.encode_batch_fast(ordinary, add_special_tokens=False) if ordinary else []
+        for i in large:  # ascending: each lands at its own row
+            encodings.insert(i, _encode_on_own_thread(tokenizer, texts[i]))
+    else:
+        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
     lengths = np.fromiter(map(len, encodings), np.int64, count=len(encodings))
     # chain over each Encoding's id list in C (no bytecode per document or per token)
     ids = np.fromiter(itertools.chain.from_iterable(map(operator.attrgetter("ids"), encodings)), np.int32,
@@ -186,13 +243,17 @@ def _plain(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 class DocumentEncoder:
     """Encodes record batches with one tokenizer artifact and one TokenizeSettings."""
 
-    def __init__(self, artifact: TokenizerArtifact, settings: TokenizeSettings | None = None):
+    def __init__(self, artifact: TokenizerArtifact, settings: TokenizeSettings | None = None,
+                 threads: int | None = None):
+        """`threads`: slices encoded at once (None: the cores this process may use; at least
+        MIN_PIPELINE_DEPTH). The output does not depend on it."""
         self.artifact = artifact
         self.settings = settings or TokenizeSettings()
         self.schema = tokenized_schema(artifact.tokenizer_sha256)
         self._template_vars = artifact.template_variables()
         self._bos_token = artifact.special_tokens.get("bos")
-        self._pool = ThreadPoolExecutor(max_workers=PIPELINE_DEPTH, thread_name_prefix="tokenize")
+        self.pipeline_depth = max(MIN_PIPELINE_DEPTH, threads or usable_cores())
+        self._pool = ThreadPoolExecutor(max_workers=self.pipeline_depth, thread_name_prefix="tokenize")
         if self.settings.word_cache_capacity is not None:
             for tokenizer in (artifact.text_tokenizer, artifact.tokenizer):
                 resize_word_cache(tokenizer, self.settings.word_cache_capacity)
@@ -200,7 +261,8 @@ class DocumentEncoder:
     # -- the batch ---------------------------------------------------------------------------------
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         """The whole batch as one EncodedBatch: `encode_parts`' slices joined (their counts added)."""
-        parts = list(self.encode_parts(batch))
+        with serial_tokenizers():
+            parts = list(self.encode_parts(batch))
         stats = EncodeStats()
         for part in parts:
             stats.merge(part.stats)
@@ -259,13 +321,12 @@ class DocumentEncoder:
         for row in drops:
             kind[row] = -1
 
-        # Slices are encoded PIPELINE_DEPTH at a time in worker threads (tokenizers releases the GIL
-        # while it encodes) and finished here in slice order, so the output does not depend on
-        # timing. One slice at a time left cores idle while a slice's longest document finished:
-        # on the benchmark's 47.9 MB, 1.66 of 2 cores busy and 13.96 s; two at a time 1.82 and
-        # 12.25 s (+95 MB peak); three 1.85 and 12.07 s (+145 MB). The next slice is submitted
-        # before this one is finished and handed out, so the tokenizer also works while the caller
-        # writes (a worker's result is its ids, ~4 bytes a token: its Encoding objects died in it).
+        # Slices are encoded pipeline_depth at a time (one per core), each on a worker thread of
+        # the encoder (tokenizers releases the GIL while it encodes; within `serial_tokenizers` a
+        # slice is encoded on that thread alone), and finished here in slice order, so the output
+        # does not depend on timing. The next slice is submitted before this one is finished and
+        # handed out, so the tokenizer also works while the caller writes (a worker's result is its
+        # ids, ~4 bytes a token: its Encoding objects died in it).
         bounds = self._slice_bounds(encoded_sizes)
         largest = [int(encoded_sizes[a:b].max()) for a, b in bounds]
         in_flight: deque[tuple[Future[_Tokens], int]] = deque()
@@ -278,9 +339,9 @@ class DocumentEncoder:
             # two slices of 1 MB documents are encoded one after the other, not at once: on the real
             # corpus's six 1 MB documents the peak was +230 MB over the ordinary slices' two at a
             # time, +105 MB one at a time (a core idle for ~3 s of a 4-minute stage). Ordinary
-            # slices (largest documents ~50-150 KB) still go two at a time.
+            # slices (largest documents ~50-150 KB) still go one per core.
             nonlocal following
-            while following < len(bounds) and len(in_flight) < PIPELINE_DEPTH and (
+            while following < len(bounds) and len(in_flight) < self.pipeline_depth and (
                     not in_flight or sum(size for _, size in in_flight) + largest[following]
                     <= self.settings.encode_slice_bytes):
                 a, b = bounds[following]
@@ -317,7 +378,7 @@ class DocumentEncoder:
         plain_rows = np.flatnonzero(k == 0) + a
         chat_rows = np.flatnonzero(k == 1) + a
         texts = text.take(pa.array(plain_rows)).to_pylist() if len(plain_rows) else []
-        plain_len, plain_ids = _flat_ids(self.artifact.text_tokenizer, texts)
+        plain_len, plain_ids = _flat_ids(self.artifact.text_tokenizer, texts, self.settings.own_thread_min_chars)
         del texts
         seg_texts: list[str] = []
         seg_flags: list[int] = []
@@ -327,7 +388,7 @@ class DocumentEncoder:
                 seg_texts.append(piece)
                 seg_flags.append(flag)
                 seg_owner.append(j)
-        seg_len, chat_ids = _flat_ids(self.artifact.tokenizer, seg_texts)
+        seg_len, chat_ids = _flat_ids(self.artifact.tokenizer, seg_texts, self.settings.own_thread_min_chars)
         return _Tokens(a, b, plain_len, plain_ids, chat_rows, seg_len, chat_ids,
                        np.asarray(seg_flags, np.uint8), np.asarray(seg_owner, np.int64))
 

@@ -176,7 +176,7 @@ class TokenizeSettings(StrictModel):
     max_length tokens (a truncated document has no EOS: it did not end there), or cut into
     consecutive max_length pieces, one row each with `chunk` = 0, 1, 2, ..."""
     encode_slice_bytes: Annotated[int, Field(gt=0)] = 2**20
-    """UTF-8 bytes of text per call to the Rust tokenizer (two calls run at once). Its Encoding
+    """UTF-8 bytes of text per call to the Rust tokenizer (one call per core runs at once). Its Encoding
     objects cost ~100 bytes per token while they live (ids, type ids, a String per token, offsets,
     masks), so the two slices in flight hold ~2 x slice x tokens per byte x 100 bytes: what a slice
     holds follows its tokens, not its bytes, and the stage's peak followed the most token-dense
@@ -208,6 +208,14 @@ class TokenizeSettings(StrictModel):
     at 10,000, 28.4 at 1,000, 31.1 at 0; the whole stage at 4x ran 246 s at 10,000 and 217 s at 1,000
     (one run each). pipeline_scaling's high-water marks, the stage on its 1x / 4x / 16x inputs: 648 /
     705 / 739 MB at 10,000, 604 / 642 / 676 at 1,000, the same CPU."""
+
+    own_thread_min_chars: Annotated[int, Field(gt=0)] | None = 256 * 2**10
+    """A document (or chat segment) of at least this many characters is encoded on a thread started
+    for it, so that its ~105-130 bytes per byte of text inside tokenizers come from an arena no
+    long-lived thread allocates from and go back when it is done (encode.serial_tokenizers has the
+    figures: the stage's floor stopped rising with the number of 1 MB documents it meets). A thread
+    costs ~0.1 ms, nothing beside encoding 256 Ki characters (~0.3 s). `null`: every document is
+    encoded on the encoder's own threads. The output does not depend on it."""
 
     lance: bool = False
     """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output

@@ -29,7 +29,7 @@ from platform_assets.parquet_parts import TableSink, TableSource, output_schema
 from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
-from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
+from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats, serial_tokenizers
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.lance_documents import LanceDocumentSets, set_dir
 from platform_assets.tokenize.set_writers import SetWriters
@@ -285,13 +285,13 @@ def tokenize_outputs(
         raise ValueError(f"{splits_rel} has no {', '.join(missing)} column (columns: {in_schema.names})")
     columns = ["id", "source", "split", "text", *(["meta"] if "meta" in in_schema.names else [])]
     artifact = TokenizerArtifact.load(storage, tokenizer_rel)
-    encoder = DocumentEncoder(artifact, settings)
+    encoder = DocumentEncoder(artifact, settings, threads=io.worker_count())
     rows_per_batch = io.batch_rows
     stats = EncodeStats()
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
-    with mmap_threshold_fixed(settings.malloc_mmap_threshold), \
+    with mmap_threshold_fixed(settings.malloc_mmap_threshold), serial_tokenizers(), \
             TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
             SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers, (
             LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else nullcontext()) as lance_sets:

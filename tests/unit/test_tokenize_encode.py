@@ -4,6 +4,7 @@ batch == per-document, special strings in text, exclusions for malformed chat do
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +279,73 @@ def test_the_word_cache_capacity_is_applied_to_both_tokenizers_and_changes_no_to
     for capacity, out in outputs.items():
         assert out.batch.equals(outputs[None].batch), capacity
     assert TokenizeSettings().word_cache_capacity == 1000
+
+
+def test_large_documents_on_their_own_threads_and_any_thread_count_change_no_token(gpt2: TokenizerArtifact,
+                                                                                  monkeypatch):
+    """Documents (and chat segments) of own_thread_min_chars or more are encoded each on a thread started
+    for it, the rest in one batched call on the encoder's thread; the rows are the same whatever the
+    threshold and however many slices are encoded at once, and in input order."""
+    rng = np.random.default_rng(5)
+    texts = [" ".join(rng.choice(["alpha", "beta", "gamma", "dé", "日本", "\n"], size=int(rng.integers(1, 120))))
+             for _ in range(90)]
+    metas = [chat(("user", t[:40] or "q"), ("assistant", t[40:] or "a")) if i % 8 == 0 else None
+             for i, t in enumerate(texts)]
+    own_threads: list[tuple[str, int]] = []
+    real_own_thread = encode_module._encode_on_own_thread
+
+    def recorded_own_thread(tokenizer, text):
+        encoding = real_own_thread(tokenizer, text)
+        own_threads.append((text, len(encoding)))
+        return encoding
+
+    monkeypatch.setattr(encode_module, "_encode_on_own_thread", recorded_own_thread)
+    docs = batch(texts, metas)
+    reference = DocumentEncoder(gpt2, TokenizeSettings(own_thread_min_chars=None), threads=2).encode(docs)
+    assert own_threads == [] and reference.stats.chat_documents > 0
+    for min_chars, threads in ((300, 2), (300, 7), (1, 3), (10**9, 1)):
+        own_threads.clear()
+        settings = TokenizeSettings(own_thread_min_chars=min_chars, encode_slice_bytes=700)
+        encoder = DocumentEncoder(gpt2, settings, threads=threads)
+        assert encoder.pipeline_depth == max(2, threads)
+        out = encoder.encode(docs)
+        assert out.batch.equals(reference.batch) and out.exclusions.equals(reference.exclusions), (min_chars, threads)
+        segments = [piece for m in metas if m for turn in m["messages"] for piece in (turn["content"],)]
+        large_plain = [t for t, m in zip(texts, metas, strict=True) if m is None and len(t) >= min_chars]
+        # slices finish in any order across threads: compare what went, not when
+        assert sorted(t for t, _ in own_threads if t in set(large_plain)) == sorted(large_plain)
+        assert bool(large_plain) == (min_chars < 10**9)
+        if min_chars == 1:  # every text and every rendered chat segment went on a thread of its own
+            assert len(own_threads) > len(texts) and any(s in t for t, _ in own_threads for s in segments[:1])
+        if min_chars == 10**9:
+            assert own_threads == []
+
+
+def test_encode_runs_tokenizers_serially_and_puts_the_setting_back(gpt2: TokenizerArtifact, monkeypatch):
+    """Inside serial_tokenizers tokenizers' batch calls run on the calling thread (TOKENIZERS_PARALLELISM
+    false, what each encoding thread sees); leaving puts back what was there, unset or set, and an
+    error inside does too."""
+    seen: list[str | None] = []
+    real_flat_ids = encode_module._flat_ids
+
+    def recorded_flat_ids(tokenizer, texts, own_thread_min_chars=None):
+        seen.append(os.environ.get("TOKENIZERS_PARALLELISM"))
+        return real_flat_ids(tokenizer, texts, own_thread_min_chars)
+
+    monkeypatch.setattr(encode_module, "_flat_ids", recorded_flat_ids)
+    for before in (None, "true", "0"):
+        if before is None:
+            monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        else:
+            monkeypatch.setenv("TOKENIZERS_PARALLELISM", before)
+        seen.clear()
+        DocumentEncoder(gpt2).encode(batch(["one document", "and another"]))
+        assert seen and set(seen) == {"false"}
+        assert os.environ.get("TOKENIZERS_PARALLELISM") == before
+        with pytest.raises(RuntimeError), encode_module.serial_tokenizers():
+            assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+            raise RuntimeError("inside")
+        assert os.environ.get("TOKENIZERS_PARALLELISM") == before
 
 
 def test_resize_word_cache_is_for_models_that_have_one():

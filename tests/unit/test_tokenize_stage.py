@@ -4,6 +4,7 @@ training cap, atomic reproducible outputs, one part sequence per (split, source)
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -16,6 +17,7 @@ from platform_assets.contracts import IOSettings
 from platform_assets.parquet_parts import PartWriter, read_batches
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
+from platform_assets.tokenize import encode as encode_module
 from platform_assets.tokenize.encode import DocumentEncoder
 from platform_assets.tokenize.exclusion_rules import TokenizeRule
 from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
@@ -166,6 +168,30 @@ def test_tokenize_writes_one_part_sequence_per_set_and_is_reproducible(storage: 
     again = tokenize_outputs(storage, SPLITS, tokenizer_rel, "tokenized_again/_all", TokenizeSettings(),
                              io=IOSettings(batch_rows=40, part_max_bytes=4000))
     assert _hashes(again.files) == _hashes(result.files)
+
+
+def test_tokenize_encodes_serially_on_io_workers_threads_and_the_output_does_not_depend_on_them(
+        storage: Storage, splits: list[dict], tokenizer_rel: str, monkeypatch):
+    """The stage encodes with tokenizers' own pool off (TOKENIZERS_PARALLELISM false while it runs, put
+    back after) on io.workers threads, and writes the same files for any number of them."""
+    seen: set[tuple[str | None, int]] = set()
+    real_tokenize_slice = encode_module.DocumentEncoder._tokenize_slice
+
+    def recorded_tokenize_slice(self, *args):
+        seen.add((os.environ.get("TOKENIZERS_PARALLELISM"), self.pipeline_depth))
+        return real_tokenize_slice(self, *args)
+
+    monkeypatch.setattr(encode_module.DocumentEncoder, "_tokenize_slice", recorded_tokenize_slice)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    files = {}
+    for workers in (1, 2, 5):
+        seen.clear()
+        result = tokenize_outputs(storage, SPLITS, tokenizer_rel, f"w{workers}/_all",
+                                  TokenizeSettings(encode_slice_bytes=2000), io=IOSettings(workers=workers))
+        assert seen == {("false", max(2, workers))}
+        assert "TOKENIZERS_PARALLELISM" not in os.environ
+        files[workers] = _hashes(result.files)
+    assert files[1] == files[2] == files[5]
 
 
 def test_batch_size_changes_row_groups_not_rows(storage: Storage, splits: list[dict], tokenizer_rel: str):
