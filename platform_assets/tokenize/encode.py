@@ -276,7 +276,9 @@ class DocumentEncoder:
         slice. A caller that writes each part before taking the next holds one slice's rows, not the
         batch's: the whole batch's rows were built, joined and written at once (~4 bytes a token twice,
         more for token-dense text), so the stage's peak followed the costliest batch it met (16x of the
-        corpus, 55 batches of 64 MiB: 1,143 MB against 1,011 at 1x's 3; a slice at a time 1,058 / 953)."""
+        corpus, 55 batches of 64 MiB: 1,143 MB against 1,011 at 1x's 3; a slice at a time 1,058 / 953).
+        Call it inside `serial_tokenizers()`, as the stage and `encode` do: outside, each slice is split
+        again over tokenizers' pool (the same rows, more memory)."""
         batch = _one_batch(batch)
         for name in ("id", "source", "split", "text"):
             if name not in batch.schema.names:

@@ -24,9 +24,9 @@ import pyarrow as pa
 from platform_assets.parquet_parts import PartWriter, TableSink
 
 PENDING_BATCHES = 4
-"""Rows held back across all sets, in `io.batch_bytes` (256 MiB at the default 64 MiB); above it the
-largest pending set is written. Bounds the row groups' spread whatever the number of sources (3
-splits x 20 sources would otherwise wait for 60 row groups' worth), and follows the io budget."""
+"""Rows held back across all sets, in row groups (`row_group_bytes`: 64 MiB at tokenize's default
+16 MiB); above it the largest pending set is written. Bounds the row groups' spread whatever the
+number of sources (3 splits x 20 sources would otherwise wait for 60 row groups' worth)."""
 
 
 class _PendingSet:

@@ -217,6 +217,15 @@ class TokenizeSettings(StrictModel):
     costs ~0.1 ms, nothing beside encoding 256 Ki characters (~0.3 s). `null`: every document is
     encoded on the encoder's own threads. The output does not depend on it."""
 
+    row_group_bytes: Annotated[int, Field(gt=0)] = 16 * 2**20
+    """A (split, source) set's token rows are written as row groups of about this many bytes of Arrow
+    data (at most `io.batch_bytes`; tokenize/set_writers.py): each is read back whole from its spill
+    file to be written, so it is on top of the tokenizer's work while it is written. At 64 MiB (io's
+    default batch) that was +65-75 MB of Arrow every ~12 s, and the stage's peaks were the writes
+    that fell while large documents were encoded: pipeline_scaling's 16x input has sixteen times as
+    many of those, so its peak was the worst of more such meetings. The rows do not depend on it;
+    packing reads `io.batch_bytes` at a time whatever the row groups."""
+
     lance: bool = False
     """Also write each (split, source) set as a Lance dataset, `lance/<split>/<source>.lance` in the output
     (the same rows in the same order as its Parquet parts, which the later stages read): random access to a

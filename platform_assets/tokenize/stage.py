@@ -293,7 +293,7 @@ def tokenize_outputs(
     excluded: list[pa.RecordBatch] = []
     with mmap_threshold_fixed(settings.malloc_mmap_threshold), serial_tokenizers(), \
             TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
-            SetWriters(sink, rows_per_batch, io.batch_bytes)) as writers, (
+            SetWriters(sink, rows_per_batch, min(io.batch_bytes, settings.row_group_bytes))) as writers, (
             LanceDocumentSets(sink.staged, encoder.schema) if settings.lance else nullcontext()) as lance_sets:
         # a failure below aborts the Lance writes (their threads end, no partial dataset stays)
         source = TableSource(storage, splits_rel, io)

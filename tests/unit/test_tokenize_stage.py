@@ -199,15 +199,19 @@ def test_batch_size_changes_row_groups_not_rows(storage: Storage, splits: list[d
                              io=IOSettings(batch_rows=16))
     large = tokenize_outputs(storage, SPLITS, tokenizer_rel, "b/_all", TokenizeSettings(),
                              io=IOSettings(batch_rows=1000))
-    # io.batch_bytes bounds what a set holds back too (its row groups), whatever the rows
+    # io.batch_bytes and tokenize.row_group_bytes, the smaller, bound what a set holds back too (its row
+    # groups), whatever the rows
     by_bytes = tokenize_outputs(storage, SPLITS, tokenizer_rel, "c/_all", TokenizeSettings(),
                                 io=IOSettings(batch_rows=1000, batch_bytes=2048))
-    assert pq.ParquetFile(storage.path("a/_all/train/web/part-00000.parquet")).num_row_groups > 1
-    assert pq.ParquetFile(storage.path("b/_all/train/web/part-00000.parquet")).num_row_groups == 1
-    assert pq.ParquetFile(storage.path("c/_all/train/web/part-00000.parquet")).num_row_groups > 1
-    rows = [pa.Table.from_batches(list(read_batches(storage, rel))).to_pylist() for rel in ("a/_all", "b/_all",
-                                                                                             "c/_all")]
-    assert rows[0] == rows[1] == rows[2] and small.sets == large.sets == by_bytes.sets
+    by_row_group = tokenize_outputs(storage, SPLITS, tokenizer_rel, "d/_all", TokenizeSettings(row_group_bytes=2048),
+                                    io=IOSettings(batch_rows=1000))
+    row_groups = {rel: pq.ParquetFile(storage.path(f"{rel}/train/web/part-00000.parquet")).num_row_groups
+                  for rel in ("a/_all", "b/_all", "c/_all", "d/_all")}
+    assert row_groups["a/_all"] > 1 and row_groups["b/_all"] == 1
+    assert row_groups["c/_all"] > 1 and row_groups["d/_all"] > 1  # a set is written once an add passes the bound
+    rows = [pa.Table.from_batches(list(read_batches(storage, rel))).to_pylist() for rel in row_groups]
+    assert rows[0] == rows[1] == rows[2] == rows[3]
+    assert small.sets == large.sets == by_bytes.sets == by_row_group.sets
 
 
 def test_chunked_output_keeps_every_token(storage: Storage, splits: list[dict], tokenizer_rel: str):
