@@ -158,10 +158,12 @@ def serial_tokenizers() -> Iterator[None]:
     the input (pipeline_scaling's 4x input: ~455 -> ~505 MB, one step per such run; 16x has
     sixteen). Serially on the encoder's threads, with each large document on a thread of its own
     (`own_thread_min_chars`), the floor stayed at ~440-480 MB and the arenas went back to 200-225
-    MB after each large document; in-process, one after the other on the same quiet machine, the
-    4x / 1x peaks were 570 / 568 MB (1.004x) against 601 / 575 (1.045x), and the CPU 503.1 / 113.1
-    against 565.1 / 118.9 s (no pool threads splitting and stealing work the encoder's own
-    threads already spread over the cores).
+    MB after each large document. In-process, one after the other on an idle machine, the 4x / 1x
+    peaks were 570 / 568 MB (1.004x) against 601 / 575 (1.045x). The stage alone on
+    pipeline_scaling's kept inputs: 1x 608-622 MB (three runs), 4x 623, 16x 674 by high-water
+    marks, against 604 / 642 / 676; what was left at 16x was the set writes (settings'
+    `row_group_bytes`). The tokenization benchmark's CPU per token, against the same peer in the
+    same run, did not change (ours 1.32x less CPU than the peer's, 1.34x before).
 
     tokenizers reads TOKENIZERS_PARALLELISM at each batch call and has no other switch a Python
     caller can reach. The variable is the process's: it is set here before the encoder's threads
