@@ -223,7 +223,7 @@ class TokenizeSettings(StrictModel):
     file to be written, so it is on top of the tokenizer's work while it is written. At 64 MiB (io's
     default batch) that was +65-75 MB of Arrow every ~12 s, and the stage's three highest peaks on
     pipeline_scaling's 16x input (in-process, 628 / 610 / 609 MB) were writes that fell while a
-    300-700 KB document was encoded: that input has sixteen times as many of them as 1x, so its
+    400-720 KB document was encoded: that input has sixteen times as many of them as 1x, so its
     peak was the worst of more such meetings. The stage alone on those inputs, high-water marks: 1x
     613-635 MB (three runs), 16x 665 (1.05x; at 64 MiB 608-622 and 674, 1.08-1.11x). The rows do
     not depend on it; packing reads `io.batch_bytes` at a time whatever the row groups."""
