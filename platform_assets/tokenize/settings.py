@@ -176,9 +176,10 @@ class TokenizeSettings(StrictModel):
     max_length tokens (a truncated document has no EOS: it did not end there), or cut into
     consecutive max_length pieces, one row each with `chunk` = 0, 1, 2, ..."""
     encode_slice_bytes: Annotated[int, Field(gt=0)] = 2**20
-    """UTF-8 bytes of text per call to the Rust tokenizer (one call per core runs at once). Its Encoding
-    objects cost ~100 bytes per token while they live (ids, type ids, a String per token, offsets,
-    masks), so the two slices in flight hold ~2 x slice x tokens per byte x 100 bytes: what a slice
+    """UTF-8 bytes of text per call to the Rust tokenizer (one call per encoding thread runs at once:
+    `io.workers`, at least two). Its Encoding objects cost ~100 bytes per token while they live (ids,
+    type ids, a String per token, offsets, masks), so the slices in flight hold ~threads x slice x
+    tokens per byte x 100 bytes (set `io.workers` to bound it on a many-core machine): what a slice
     holds follows its tokens, not its bytes, and the stage's peak followed the most token-dense
     batch it met. At 4 MiB that was 300-360 MB on top of the stage (pipeline_scaling, 8 MiB batches:
     peak 604 / 692 / 723 MB at 1x / 4x / 16x: 4x and 16x meet denser batches than 1x's two); at
@@ -186,7 +187,7 @@ class TokenizeSettings(StrictModel):
     same 4x input peaked at 319 MB in-process instead of 469 (2 MiB: 391) for the same CPU
     (23.2 vs 23.6 CPU-s). The output does not depend on it. On top, the document being encoded
     costs ~105-130 bytes per byte of its text inside tokenizers (a 3.7 MB Debian changelog: +476
-    MB), which cleaning's 4 MiB document cap bounds; two slices are encoded at once only while their
+    MB), which cleaning's 4 MiB document cap bounds; slices are encoded at once only while their
     largest documents add up to at most this many bytes, so two large documents are not inside
     tokenizers together (the real corpus's six 1 MB documents: the stage's peak 953 -> 793 MB)."""
 
@@ -225,7 +226,7 @@ class TokenizeSettings(StrictModel):
     pipeline_scaling's 16x input (in-process, 628 / 610 / 609 MB) were writes that fell while a
     400-720 KB document was encoded: that input has sixteen times as many of them as 1x, so its
     peak was the worst of more such meetings. The stage alone on those inputs, high-water marks: 1x
-    613-635 MB (three runs), 16x 665 (1.05x; at 64 MiB 608-622 and 674, 1.08-1.11x). The rows do
+    613-635 MB (three runs), 16x 665 (1.05-1.08x; at 64 MiB 608-622 and 674, 1.08-1.11x). The rows do
     not depend on it; packing reads `io.batch_bytes` at a time whatever the row groups."""
 
     lance: bool = False
