@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import MB
+from platform_assets.contracts import usable_cores
 
 GEN_VERSION = 2  # bump when the selection or the perturbation changes: cached inputs are keyed by it
 JACCARD_SAMPLE = 200  # documents per source whose copies are compared with their originals
@@ -205,8 +206,7 @@ def prepare_inputs(corpus: Path, base_bytes: int | None, scales: list[int], inpu
     if tasks:
         t0 = time.perf_counter()
         say(f"writing {len(tasks)} input files (copies up to {copies - 1}) under {root} ...")
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=usable_cores()) as pool:
             for (k, key), st in zip(keys, pool.map(write_copy, tasks), strict=True):
                 copy_stats.setdefault(str(k), {})[key] = st
                 stats_path.write_text(json.dumps(copy_stats))
