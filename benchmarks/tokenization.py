@@ -111,9 +111,10 @@ def _texts(spec: Spec) -> list[str]:
 def run_ours(spec: Spec, run_dir: Path) -> Prepared:
     import pyarrow as pa
 
-    from platform_assets.tokenize.encode import DocumentEncoder, serial_tokenizers
+    from platform_assets.tokenize.encode import DocumentEncoder
     from platform_assets.tokenize.settings import TokenizerSettings, TokenizeSettings
     from platform_assets.tokenize.tokenizer_build import load_pretrained, make_artifact
+    from platform_assets.tokenize.tokenizer_runtime import serial_tokenizers
 
     settings = TokenizerSettings(source="pretrained", path=spec["tokenizer"])
     tokenizer, declared = load_pretrained(spec["tokenizer"])

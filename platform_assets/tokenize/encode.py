@@ -8,7 +8,7 @@ null for plain text: every token counts), `num_tokens`, `loss_tokens` (int32).
 
 - Plain text: the batch is cut into slices of `encode_slice_bytes` of text, and each slice is ONE
   `encode_batch_fast` call (Rust, no offsets computed), run serially on one of the encoder's
-  threads, one slice in flight per core (`serial_tokenizers` says why not tokenizers' own threads);
+  threads, one slice in flight per core (`tokenizer_runtime.serial_tokenizers` says why not tokenizers' own threads);
   a document of `own_thread_min_chars` or more is encoded on a thread started for it. Ids come
   out as one flat int32 array and lengths, and BOS/EOS, truncation and chunking are offset
   arithmetic (sequences.py). Special-token strings in the text are encoded as text
@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-import os
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +52,7 @@ from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, Tokenize
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
+from platform_assets.tokenize.tokenizer_runtime import resize_word_cache, serial_tokenizers
 
 TOKENIZED_SCHEMA_NAME = "platform.tokenized_documents"
 TOKENIZED_SCHEMA_VERSION = 1
@@ -74,7 +73,6 @@ works while the caller writes (measured below, in `encode_parts`); each holds ~1
 objects per token, ~40 MB at the default 1 MiB of 0.4 tokens per byte
 (settings.TokenizeSettings.encode_slice_bytes). Fewer while the slices' largest documents would add up
 to more than a slice's bytes (`encode_parts`)."""
-PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"
 _VALUE_MAX_CHARS = 200  # as cleaning's exclusions: for humans and GROUP BY
 
 
@@ -146,49 +144,10 @@ class _Slice:
     uncut: np.ndarray  # tokens each row stands for before truncation (summed per document: its full length)
 
 
-@contextmanager
-def serial_tokenizers() -> Iterator[None]:
-    """tokenizers' batch calls run on the calling thread, not on its Rayon pool, while inside; the
-    previous setting is put back on leaving.
-
-    Why: the encoder runs one slice per core on its own threads. With Rayon, each slice was split
-    again over tokenizers' pool, whose threads live as long as the process: every run of 1 MB
-    documents (~105-130 bytes per byte of text while encoded) fragmented their glibc arenas, which
-    kept ~100 MB free but resident each and never gave it back, so the stage's floor rose with
-    the input (pipeline_scaling's 4x input: ~455 -> ~505 MB, one step per such run; 16x has
-    sixteen). Serially on the encoder's threads, with each large document on a thread of its own
-    (`own_thread_min_chars`), the floor stayed at ~440-480 MB and the arenas went back to 200-225
-    MB after each large document. In-process, one after the other on an idle machine, the 4x / 1x
-    peaks were 570 / 568 MB (1.004x) against 601 / 575 (1.045x). The stage alone on
-    pipeline_scaling's kept inputs: 1x 608-622 MB (three runs), 4x 623, 16x 674 by high-water
-    marks, against 604 / 642 / 676; what was left at 16x was the set writes (settings'
-    `row_group_bytes`). CPU: the tokenization benchmark's, against the same peer in the same run,
-    did not change (ours 1.32x less than the peer's, 1.34x before); but the stage on the 16x input
-    took 1,985 CPU-s against 1,622 for the Rayon version re-run the same hour (work 1,173 against
-    974 s), where the 1x input took about the same (123 against 119 CPU-s, the same minute): what
-    costs more there (its long runs of 180-720 KB documents, each on its own thread, slices with one
-    held back by the budget) is not measured yet.
-
-    tokenizers reads TOKENIZERS_PARALLELISM at each batch call and has no other switch a Python
-    caller can reach. The variable is the process's: it is set here before the encoder's threads
-    encode and put back after, so the tokenizer's training (Rayon, the same process in an
-    in-process job) is not slowed. It is never set to true here, which would keep tokenizers from
-    turning its pool off in a forked child."""
-    previous = os.environ.get(PARALLELISM_VARIABLE)
-    os.environ[PARALLELISM_VARIABLE] = "false"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(PARALLELISM_VARIABLE, None)
-        else:
-            os.environ[PARALLELISM_VARIABLE] = previous
-
-
 def _encode_on_own_thread(tokenizer: Tokenizer, text: str) -> Any:
     """One document's Encoding, made on a thread started for it: its ~105-130 bytes per byte of text
     come from an arena no long-lived thread allocates from, so they go back when it is freed
-    (`serial_tokenizers` has the figures)."""
+    (`tokenizer_runtime.serial_tokenizers` has the figures)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize-large") as own:
         return own.submit(tokenizer.encode_batch_fast, [text], add_special_tokens=False).result()[0]
 
@@ -213,16 +172,6 @@ def _flat_ids(tokenizer: Tokenizer, texts: list[str], own_thread_min_chars: int 
     ids = np.fromiter(itertools.chain.from_iterable(map(operator.attrgetter("ids"), encodings)), np.int32,
                       count=int(lengths.sum()))
     return lengths, ids
-
-
-def resize_word_cache(tokenizer: Tokenizer, capacity: int) -> bool:
-    """Set the model's word cache to `capacity` entries (emptied); False for a model without one
-    (WordPiece, WordLevel). settings.TokenizeSettings.word_cache_capacity says why."""
-    resize = getattr(tokenizer.model, "_resize_cache", None)
-    if resize is None:
-        return False
-    resize(capacity)
-    return True
 
 
 def _one_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:

@@ -213,7 +213,7 @@ class TokenizeSettings(StrictModel):
     own_thread_min_chars: Annotated[int, Field(gt=0)] | None = 256 * 2**10
     """A document (or chat segment) of at least this many characters is encoded on a thread started
     for it, so that its ~105-130 bytes per byte of text inside tokenizers come from an arena no
-    long-lived thread allocates from and go back when it is done (encode.serial_tokenizers has the
+    long-lived thread allocates from and go back when it is done (tokenizer_runtime.serial_tokenizers has the
     figures: the stage's floor stopped rising with the number of 1 MB documents it meets). A thread
     costs ~0.1 ms, nothing beside encoding 256 Ki characters (~0.3 s). `null`: every document is
     encoded on the encoder's own threads. The output does not depend on it."""

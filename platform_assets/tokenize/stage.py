@@ -29,7 +29,7 @@ from platform_assets.parquet_parts import TableSink, TableSource, output_schema
 from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
 from platform_assets.storage import Storage
-from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats, serial_tokenizers
+from platform_assets.tokenize.encode import DocumentEncoder, EncodeStats
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA
 from platform_assets.tokenize.lance_documents import LanceDocumentSets, set_dir
 from platform_assets.tokenize.set_writers import SetWriters
@@ -43,6 +43,7 @@ from platform_assets.tokenize.tokenizer_build import (
     saved_files,
     train_tokenizer,
 )
+from platform_assets.tokenize.tokenizer_runtime import serial_tokenizers
 
 TRAIN_SPLIT = "train"
 # Salt of the id hash that picks training and sample documents. Not the split seed: with the same
