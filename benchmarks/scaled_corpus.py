@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import MB
-from platform_assets.contracts import usable_cores
 
 GEN_VERSION = 2  # bump when the selection or the perturbation changes: cached inputs are keyed by it
 JACCARD_SAMPLE = 200  # documents per source whose copies are compared with their originals
@@ -206,6 +205,10 @@ def prepare_inputs(corpus: Path, base_bytes: int | None, scales: list[int], inpu
     if tasks:
         t0 = time.perf_counter()
         say(f"writing {len(tasks)} input files (copies up to {copies - 1}) under {root} ...")
+        # imported here, not at the top: the harness's parent imports every benchmark module, and the
+        # cleaning baseline side must import platform_assets from its own tree, first
+        from platform_assets.contracts import usable_cores
+
         with ProcessPoolExecutor(max_workers=usable_cores()) as pool:
             for (k, key), st in zip(keys, pool.map(write_copy, tasks), strict=True):
                 copy_stats.setdefault(str(k), {})[key] = st

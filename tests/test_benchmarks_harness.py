@@ -72,3 +72,17 @@ def test_row_mismatch_fails_loudly():
     check({"rows_out": 3}, {"rows_out": 3})
     with pytest.raises(BenchmarkError, match="rows out differ: ours 2, peer 3"):
         check({"rows_out": 2, "quarantined": {"malformed_json": 1}}, {"rows_out": 3})
+
+
+def test_loading_every_benchmark_module_imports_no_platform_code():
+    """The parent imports every benchmark module to list them, and a side that measures another tree
+    (the cleaning baseline) must be the first to import platform_assets: a module-level import of it
+    in any benchmark module breaks that side (as scaled_corpus once did)."""
+    probe = ("import sys; from benchmarks.harness import load_registry; names = load_registry(); "
+             "leaked = sorted(m for m in sys.modules if m.split('.')[0] in ('platform_assets', 'training')); "
+             "print(len(names)); print(' '.join(leaked))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    count, leaked = proc.stdout.split("\n")[:2]
+    assert int(count) > 10
+    assert leaked == "", f"benchmark modules import platform code at load time: {leaked}"
