@@ -3,6 +3,7 @@ py3langid's model (worker_pool.py): a worker starts with them in memory, and the
 stage other than the per-source job's starts."""
 
 import multiprocessing
+import os
 import resource
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -85,3 +86,54 @@ def test_the_workers_cpu_counts_in_the_callers_children_time(tmp_path):
     children_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     # 2 x 6 M squares in the workers, ~0.4 CPU-s each; 0.05 s reached the parent with the server orphaned
     assert children_cpu > 0.5
+
+
+def _probe_package(tmp_path, body: str):
+    package = tmp_path / "probe_kernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "warm.py").write_text(body)
+    return package
+
+
+def test_a_cold_kernel_cache_is_filled_by_a_child_once_per_sources_stamp(tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"
+    package = _probe_package(tmp_path, f"with open({str(runs)!r}, 'a') as f:\n    f.write('x')\n")
+    cache = tmp_path / "numba-cache"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the child finds the probe package there
+
+    assert worker_pool.warm_kernel_cache("probe_kernels.warm", package)  # cold: the child ran
+    assert runs.read_text() == "x"
+    assert len(list(cache.glob(worker_pool.PRELOADED_MARKER_PREFIX + "*"))) == 1
+    assert not worker_pool.warm_kernel_cache("probe_kernels.warm", package)  # warm: nothing runs
+    assert runs.read_text() == "x"
+
+    # the same bytes with a new mtime (a fresh clone, a checkout): numba's index calls that stale
+    source = package / "warm.py"
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert worker_pool.warm_kernel_cache("probe_kernels.warm", package)
+    assert runs.read_text() == "xx"
+    assert len(list(cache.glob(worker_pool.PRELOADED_MARKER_PREFIX + "*"))) == 1  # the old stamp's is gone
+
+
+def test_a_failed_warm_up_leaves_no_marker_and_is_retried(tmp_path, monkeypatch, caplog):
+    package = _probe_package(tmp_path, "raise SystemExit('no compiler here')\n")
+    cache = tmp_path / "numba-cache"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with caplog.at_level("WARNING", logger=worker_pool.__name__):
+        assert worker_pool.warm_kernel_cache("probe_kernels.warm", package)
+    assert "no compiler here" in caplog.text
+    assert not list(cache.glob(worker_pool.PRELOADED_MARKER_PREFIX + "*"))
+    assert worker_pool.warm_kernel_cache("probe_kernels.warm", package)  # tried again, not marked done
+
+
+def test_without_a_cache_location_nothing_is_compiled_ahead(tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"
+    package = _probe_package(tmp_path, f"open({str(runs)!r}, 'a').write('x')\n")
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("PLATFORM_ASSETS_CACHE_DIR", "")  # set but empty: the platform's cache is off
+    assert not worker_pool.warm_kernel_cache("probe_kernels.warm", package)
+    assert not runs.exists()
