@@ -30,11 +30,10 @@ def serial_tokenizers() -> Iterator[None]:
     pipeline_scaling's kept inputs: 1x 608-622 MB (three runs), 4x 623, 16x 674 by high-water
     marks, against 604 / 642 / 676; what was left at 16x was the set writes (settings'
     `row_group_bytes`). CPU: the tokenization benchmark's, against the same peer in the same run,
-    did not change (ours 1.32x less than the peer's, 1.34x before); but the stage on the 16x input
-    took 1,985 CPU-s against 1,622 for the Rayon version re-run the same hour (work 1,173 against
-    974 s), where the 1x input took about the same (123 against 119 CPU-s, the same minute): what
-    costs more there (its long runs of 180-720 KB documents, each on its own thread, slices with one
-    held back by the budget) is not measured yet.
+    did not change (ours 1.32x less than the peer's, 1.34x before), and the stage itself, run back
+    to back with the Rayon version on the same inputs, took 1,789 against 1,814 CPU-s at 16x and
+    411 against 465 at 4x (an earlier +22% at 16x came from runs an hour apart: the machine's speed
+    per CPU-second varies by up to ~40% during the day).
 
     tokenizers reads TOKENIZERS_PARALLELISM at each batch call and has no other switch a Python
     caller can reach. The variable is the process's: it is set here before the encoder's threads
