@@ -297,3 +297,16 @@ def test_phone_and_ipv6_searches_find_what_the_plain_patterns_find():
         assert [m.span() for m in _PHONE_RE.finditer(text)] == [m.span() for m in plain_phone.finditer(text)], text
         if _IPV6_RE.search(text):
             assert _IPV6_HINT_RE.search(text), text
+
+
+def test_a_later_detector_runs_again_after_a_pass_that_replaced_before_it():
+    """The second pass replaces the second address (a version's context until the first is replaced),
+    which lets the phone glued to it match: PHONE comes after IP_ADDRESS and found nothing in the
+    first pass, so the second pass must run it once it has replaced something (found by
+    test_redaction_is_a_fixed_point)."""
+    text = "192.1.168.100/192.1.168.100+1 415 555 0134"
+    counters: Counter[str] = Counter()
+    redacted, hits = Redactor().redact(text, counters)
+    assert redacted == "<IP_ADDRESS>/<IP_ADDRESS><PHONE>"
+    assert hits == 3 and counters == Counter({"IP_ADDRESS": 2, "PHONE": 1})
+    assert Redactor().redact(redacted) == (redacted, 0)
