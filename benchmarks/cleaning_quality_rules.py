@@ -199,11 +199,26 @@ def run_ours(spec: Spec, run_dir: Path) -> Prepared:
 
 
 # -- peer: datatrove -------------------------------------------------------------------------------
+def _no_regex_wall_clock_limit() -> None:
+    """nltk 3.10 runs its tokenizers' patterns through `nltk.redos` under a 5 s wall-clock limit per
+    call and raises TimeoutError past it. Punkt's sentence-end pattern walks a whole document in one
+    call, so a long document on a slow or busy machine trips it without any backtracking: datatrove
+    failed pipeline_end_to_end at 256 MB on 2026-11-29 (AMD EPYC, quiet) while 128 MB passed. These are
+    nltk's own trusted patterns (the limit guards user-supplied ones): lift it, as nltk documents."""
+    try:
+        import nltk.redos
+    except ImportError:  # nltk before 3.10: no limit
+        return
+    nltk.redos.DEFAULT_TIMEOUT = None
+
+
 def offline_nltk_tokenizer():
     """nltk.word_tokenize / sent_tokenize's algorithm without the downloadable Punkt model (see above)."""
     from datatrove.utils.word_tokenizers import WordTokenizer, strip_strings
     from nltk.tokenize.destructive import NLTKWordTokenizer
     from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    _no_regex_wall_clock_limit()
 
     class OfflineNLTKTokenizer(WordTokenizer):
         def __init__(self):

@@ -203,3 +203,17 @@ def test_ours_runner_is_checked(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("E2E_OURS_RUNNER", "materialize")
     with pytest.raises(SystemExit, match="E2E_OURS_RUNNER must be one of"):
         e2e_ours.ours_runner()
+
+
+def test_the_peers_tokenizer_has_no_wall_clock_limit_on_a_long_document(monkeypatch: pytest.MonkeyPatch):
+    """nltk 3.10 limits each regex call to 5 s of wall clock; Punkt walks a whole document in one call,
+    so a long document on a slow machine failed the peer at 256 MB. The benchmark's tokenizer lifts it;
+    a limit of 0 s proves the lifted setting is the one in force (it would fail any call)."""
+    redos = pytest.importorskip("nltk.redos")
+    from benchmarks.cleaning_quality_rules import offline_nltk_tokenizer
+
+    monkeypatch.setattr(redos, "DEFAULT_TIMEOUT", 0.0)
+    tokenizer = offline_nltk_tokenizer()
+    assert redos.DEFAULT_TIMEOUT is None
+    text = "A sentence ends here. " * 20_000
+    assert len(tokenizer.sent_tokenize(text)) == 20_000
