@@ -6,9 +6,10 @@
 pipeline_end_to_end's whole-run figure (input MB / CPU-s of one run) charges each side its fixed cost:
 ours' is ~20 CPU-s before the first document matters (the CLI's imports, the Dagster instance, one
 run per source and the corpus' run with their SQLite events, the kernels and the language model
-loaded, the tokenizer written; measured on a 2 MB input, 2026-11-29), the peer's ~0 (its imports are
-untimed setup, and datatrove starts nothing else). At 128 MB that cost is about half of ours, so the
-whole-run ratio says more about start-up than about how fast a corpus is processed. This benchmark
+loaded, the tokenizer written; measured on a 2 MB input, 2026-11-29), the peer's smaller (its imports
+are untimed setup; the line below put it at 3 and 14 CPU-s in two runs on 2026-11-29). At 128 MB
+ours' is about half of ours' CPU, so the whole-run ratio says as much about start-up as about how fast
+a corpus is processed. This benchmark
 runs pipeline_end_to_end (both sides, the same filters, the same check that they keep comparable
 documents) at each of two sizes, each side in a fresh process as there, and reports per side:
 
