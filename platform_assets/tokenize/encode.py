@@ -7,7 +7,8 @@ Input columns: `id`, `source`, `split`, `text`, `meta` (others ignored). Output 
 null for plain text: every token counts), `num_tokens`, `loss_tokens` (int32).
 
 - Plain text: the batch is cut into slices of `encode_slice_bytes` of text, and each slice is ONE
-  `encode_batch_fast` call (Rust, no offsets computed), run serially on one of the encoder's
+  call of the document encoder (tiktoken where it gives tokenizers' ids, tiktoken_bpe.py; else
+  tokenizers' `encode_batch_fast`: Rust, no offsets computed), run serially on one of the encoder's
   threads, one slice in flight per core (`tokenizer_runtime.serial_tokenizers` says why not tokenizers' own threads);
   a document of `own_thread_min_chars` or more is encoded on a thread started for it. Ids come
   out as one flat int32 array and lengths, and BOS/EOS, truncation and chunking are offset
@@ -30,10 +31,11 @@ Rows keep the input order; the chunks of a document are consecutive. int32 ids: 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import tiktoken
 from tokenizers import Tokenizer
 
 from platform_assets.contracts import Counts, usable_cores
@@ -51,6 +54,7 @@ from platform_assets.tokenize.conversations import Invalid, chat_candidates, par
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
+from platform_assets.tokenize.tiktoken_bpe import encode_texts
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
 from platform_assets.tokenize.tokenizer_runtime import resize_word_cache, serial_tokenizers
 
@@ -144,15 +148,31 @@ class _Slice:
     uncut: np.ndarray  # tokens each row stands for before truncation (summed per document: its full length)
 
 
-def _encode_on_own_thread(tokenizer: Tokenizer, text: str) -> Any:
-    """One document's Encoding, made on a thread started for it: its ~105-130 bytes per byte of text
-    come from an arena no long-lived thread allocates from, so they go back when it is freed
-    (`tokenizer_runtime.serial_tokenizers` has the figures)."""
+IdsOf = Callable[[list[str]], Sequence[Sequence[int]]]
+"""An encoder: each text's ids, special-token strings as the encoder's path has them."""
+
+
+def tokenizers_ids(tokenizer: Tokenizer) -> IdsOf:
+    """`tokenizer`'s ids: ONE `encode_batch_fast` call (no offsets computed) per list of texts."""
+    def ids_of(texts: list[str]) -> list[list[int]]:
+        return list(map(operator.attrgetter("ids"), tokenizer.encode_batch_fast(texts, add_special_tokens=False)))
+    return ids_of
+
+
+def tiktoken_ids(encoding: tiktoken.Encoding) -> IdsOf:
+    """tiktoken's ids (tiktoken_bpe.py: the same as tokenizers' where the stage chooses it)."""
+    return functools.partial(encode_texts, encoding)
+
+
+def _encode_on_own_thread(ids_of: IdsOf, text: str) -> Sequence[int]:
+    """One document's ids, made on a thread started for it: its ~105-130 bytes per byte of text
+    inside tokenizers come from an arena no long-lived thread allocates from, so they go back when it
+    is freed (`tokenizer_runtime.serial_tokenizers` has the figures)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize-large") as own:
-        return own.submit(tokenizer.encode_batch_fast, [text], add_special_tokens=False).result()[0]
+        return own.submit(ids_of, [text]).result()[0]
 
 
-def _flat_ids(tokenizer: Tokenizer, texts: list[str], own_thread_min_chars: int | None = None,
+def _flat_ids(ids_of: IdsOf, texts: list[str], own_thread_min_chars: int | None = None,
               ) -> tuple[np.ndarray, np.ndarray]:
     """One batched encode (texts of `own_thread_min_chars` or more each on a thread of its own);
     (lengths int64, concatenated ids int32)."""
@@ -162,15 +182,14 @@ def _flat_ids(tokenizer: Tokenizer, texts: list[str], own_thread_min_chars: int 
     if large:
         large_rows = set(large)
         ordinary = [t for i, t in enumerate(texts) if i not in large_rows]
-        encodings = tokenizer.encode_batch_fast(ordinary, add_special_tokens=False) if ordinary else []
+        encoded = list(ids_of(ordinary)) if ordinary else []
         for i in large:  # ascending: each lands at its own row
-            encodings.insert(i, _encode_on_own_thread(tokenizer, texts[i]))
+            encoded.insert(i, _encode_on_own_thread(ids_of, texts[i]))
     else:
-        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-    lengths = np.fromiter(map(len, encodings), np.int64, count=len(encodings))
-    # chain over each Encoding's id list in C (no bytecode per document or per token)
-    ids = np.fromiter(itertools.chain.from_iterable(map(operator.attrgetter("ids"), encodings)), np.int32,
-                      count=int(lengths.sum()))
+        encoded = ids_of(texts)
+    lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
+    # chain over the id lists in C (no bytecode per document or per token)
+    ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, count=int(lengths.sum()))
     return lengths, ids
 
 
@@ -212,6 +231,13 @@ class DocumentEncoder:
         if self.settings.word_cache_capacity is not None:
             for tokenizer in (artifact.text_tokenizer, artifact.tokenizer):
                 resize_word_cache(tokenizer, self.settings.word_cache_capacity)
+        fast = artifact.document_tiktoken if self.settings.encoder == "auto" else None
+        # what encodes documents' text, and why not tiktoken (empty when it does)
+        self.document_encoder = "tiktoken" if fast and fast.encoding else "tokenizers"
+        self.encoder_reason = ("encoder: tokenizers" if fast is None else fast.reason)
+        self._document_ids = (tiktoken_ids(fast.encoding) if fast and fast.encoding
+                              else tokenizers_ids(artifact.text_tokenizer))
+        self._chat_ids = tokenizers_ids(artifact.tokenizer)
 
     # -- the batch ---------------------------------------------------------------------------------
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
@@ -335,7 +361,7 @@ class DocumentEncoder:
         plain_rows = np.flatnonzero(k == 0) + a
         chat_rows = np.flatnonzero(k == 1) + a
         texts = text.take(pa.array(plain_rows)).to_pylist() if len(plain_rows) else []
-        plain_len, plain_ids = _flat_ids(self.artifact.text_tokenizer, texts, self.settings.own_thread_min_chars)
+        plain_len, plain_ids = _flat_ids(self._document_ids, texts, self.settings.own_thread_min_chars)
         del texts
         seg_texts: list[str] = []
         seg_flags: list[int] = []
@@ -345,7 +371,7 @@ class DocumentEncoder:
                 seg_texts.append(piece)
                 seg_flags.append(flag)
                 seg_owner.append(j)
-        seg_len, chat_ids = _flat_ids(self.artifact.tokenizer, seg_texts, self.settings.own_thread_min_chars)
+        seg_len, chat_ids = _flat_ids(self._chat_ids, seg_texts, self.settings.own_thread_min_chars)
         return _Tokens(a, b, plain_len, plain_ids, chat_rows, seg_len, chat_ids,
                        np.asarray(seg_flags, np.uint8), np.asarray(seg_owner, np.int64))
 

@@ -161,6 +161,7 @@ def build_tokenizer(
     out_rel: str,
     settings: TokenizerSettings,
     io: IOSettings = DEFAULT_IO,
+    document_encoder: str = "auto",
 ) -> TokenizerBuildResult:
     """Train (or load) the tokenizer, check it on a sample of the split output, and commit its
     directory at `out_rel`. Raises ValueError on bad input (no documents, no train split, a path
@@ -205,7 +206,7 @@ def build_tokenizer(
         tokenizer, declared, own_template = load_pretrained_with_template(settings.path or "")
     artifact = make_artifact(tokenizer, settings, declared, info, own_template)
     files = saved_files(artifact)
-    sanity = sanity_report(artifact, sample.pairs())
+    sanity = sanity_report(artifact, sample.pairs(), document_encoder)
     with storage.staged_dir(out_rel) as staged:
         for name, data in sorted(files.items()):
             staged.write_bytes(name, data)
@@ -230,6 +231,9 @@ class TokenizeStageResult(StageResult):
     """Overlong, truncated and chunked documents, dropped chunks, exclusions per rule."""
     excluded: int
     tokenizer_sha256: str
+    encoder: str = "tokenizers"
+    """What encoded documents' text: "tiktoken", or "tokenizers" with why not tiktoken
+    (settings.TokenizeSettings.encoder)."""
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -237,7 +241,7 @@ class TokenizeStageResult(StageResult):
         return {"documents": self.documents, "tokens": self.tokens, "loss_tokens": self.loss_tokens,
                 "chat_documents": s.chat_documents, "overlong_documents": s.overlong_documents,
                 "truncated_tokens": s.truncated_tokens, "chunked_documents": s.chunked_documents,
-                "excluded": self.excluded, "tokenizer_sha256": self.tokenizer_sha256}
+                "excluded": self.excluded, "tokenizer_sha256": self.tokenizer_sha256, "encoder": self.encoder}
 
 
 def _split_by_set(batch: pa.RecordBatch) -> list[tuple[tuple[str, str], pa.RecordBatch]]:
@@ -322,4 +326,6 @@ def tokenize_outputs(
         rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),
         tokens=sum(s["tokens"] for s in sets), loss_tokens=sum(s["loss_tokens"] for s in sets), sets=sets,
         stats=stats, excluded=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,
+        encoder=(encoder.document_encoder if not encoder.encoder_reason
+                 else f"{encoder.document_encoder} ({encoder.encoder_reason})"),
     )

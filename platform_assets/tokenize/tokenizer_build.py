@@ -36,6 +36,7 @@ from platform_assets.tokenize.chat_template import marks_generation, render_chat
 from platform_assets.tokenize.chat_template_choice import ChosenTemplate, choose_chat_template, single_template
 from platform_assets.tokenize.chat_turn_spans import TurnsNotMaskable
 from platform_assets.tokenize.settings import TokenizerSettings
+from platform_assets.tokenize.tiktoken_bpe import encode_texts
 from platform_assets.tokenize.tokenizer_artifact import ARTIFACT_FILE, TOKENIZER_FILE, TokenizerArtifact
 
 WORDPIECE_MAX_WORD_CHARS = 1024
@@ -248,6 +249,12 @@ class TokenizerSanity:
     sample_tokens: int
     special_token_problems: list[str] = field(default_factory=list)
     tokenizer_sha256: str = ""
+    document_encoder: str = "tokenizers"
+    """What the tokenize stage will encode documents with (settings.TokenizeSettings.encoder): "tiktoken",
+    or "tokenizers" with why not tiktoken."""
+    encoder_mismatches: int = 0
+    """Sample documents whose ids from tiktoken differ from tokenizers' (0 where tiktoken is not used)."""
+    encoder_mismatch_ids: list[str] = field(default_factory=list)
 
     @property
     def bytes_per_token(self) -> float:
@@ -255,14 +262,16 @@ class TokenizerSanity:
 
     @property
     def ok(self) -> bool:
-        return self.roundtrip_failures == 0 and not self.special_token_problems
+        return self.roundtrip_failures == 0 and not self.special_token_problems and self.encoder_mismatches == 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size, "special_tokens": self.special_tokens,
                 "roundtrip_checked": self.roundtrip_checked, "roundtrip_failures": self.roundtrip_failures,
                 "roundtrip_failed_ids": self.roundtrip_failed_ids, "bytes_per_token": round(self.bytes_per_token, 4),
                 "sample_bytes": self.sample_bytes, "sample_tokens": self.sample_tokens,
-                "special_token_problems": self.special_token_problems, "tokenizer_sha256": self.tokenizer_sha256}
+                "special_token_problems": self.special_token_problems, "tokenizer_sha256": self.tokenizer_sha256,
+                "document_encoder": self.document_encoder, "encoder_mismatches": self.encoder_mismatches,
+                "encoder_mismatch_ids": self.encoder_mismatch_ids}
 
 
 def special_token_problems(artifact: TokenizerArtifact) -> list[str]:
@@ -304,17 +313,27 @@ def special_token_problems(artifact: TokenizerArtifact) -> list[str]:
     return problems
 
 
-def sanity_report(artifact: TokenizerArtifact, sample: Sequence[tuple[str, str]]) -> TokenizerSanity:
-    """Checks on `sample` ((id, text) pairs) with the document path (special strings as text)."""
+def sanity_report(artifact: TokenizerArtifact, sample: Sequence[tuple[str, str]],
+                  document_encoder: str = "auto") -> TokenizerSanity:
+    """Checks on `sample` ((id, text) pairs) with the document path (special strings as text). With
+    `document_encoder` "auto" (settings.TokenizeSettings.encoder) and a tokenizer tiktoken can stand
+    in for, tiktoken's ids are compared with tokenizers' on the same documents."""
     texts = [t for _, t in sample]
     failed: list[str] = []
+    mismatched: list[str] = []
     tokens = 0
+    fast = artifact.document_tiktoken if document_encoder == "auto" else None
+    encoder = "tiktoken" if fast and fast.encoding else (
+        f"tokenizers ({fast.reason})" if fast else "tokenizers (encoder: tokenizers)")
     if texts:
         encodings = artifact.text_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         ids = [e.ids for e in encodings]
         tokens = sum(map(len, ids))
         decoded = artifact.text_tokenizer.decode_batch(ids, skip_special_tokens=False)
         failed = [doc_id for (doc_id, text), back in zip(sample, decoded, strict=True) if back != text]
+        if fast and fast.encoding:
+            fast_ids = encode_texts(fast.encoding, texts)
+            mismatched = [doc_id for (doc_id, _), a, b in zip(sample, ids, fast_ids, strict=True) if a != b]
     return TokenizerSanity(
         vocab_size=artifact.vocab_size,
         special_tokens=artifact.to_json()["special_tokens"],
@@ -325,4 +344,7 @@ def sanity_report(artifact: TokenizerArtifact, sample: Sequence[tuple[str, str]]
         sample_tokens=tokens,
         special_token_problems=special_token_problems(artifact),
         tokenizer_sha256=artifact.tokenizer_sha256,
+        document_encoder=encoder,
+        encoder_mismatches=len(mismatched),
+        encoder_mismatch_ids=mismatched[:_ROUNDTRIP_EXAMPLES],
     )

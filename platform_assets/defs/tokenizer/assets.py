@@ -16,6 +16,10 @@ TOKENIZER_CHECKS = [
                       description="eos, pad and the chat tokens exist, each encodes to exactly one distinct id, "
                                   "a special token written inside ordinary text is not split, and the chat "
                                   "template marks assistant text on a two-turn conversation."),
+    dg.AssetCheckSpec("document_encoder_exact", asset="tokenizer", blocking=True,
+                      description="Where tokenized_documents encodes documents with tiktoken (tokenize.encoder: "
+                                  "auto, a GPT-2-style byte-level BPE), tiktoken's ids equal tokenizers' on the "
+                                  "round-trip sample. On a failure, set tokenize.encoder: tokenizers."),
     dg.AssetCheckSpec("bytes_per_token_in_range", asset="tokenizer",
                       description="Compression on the sample is between 1.5 and 8 UTF-8 bytes per token (GPT-2 on "
                                   "English ~4.2, on code ~3; below 1.5 the vocabulary barely merges anything)."),
@@ -38,7 +42,8 @@ BYTES_PER_TOKEN_RANGE = (1.5, 8.0)
 def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> dg.MaterializeResult:
     ctx = stage_context(pipeline, "tokenizer")
     result = run_stage("tokenizer", lambda: build_tokenizer(
-        ctx.storage, ctx.input_dir("dataset_splits"), ctx.rel, ctx.cfg.tokenizer_settings(), ctx.cfg.io))
+        ctx.storage, ctx.input_dir("dataset_splits"), ctx.rel, ctx.cfg.tokenizer_settings(), ctx.cfg.io,
+        ctx.cfg.tokenize.encoder))
     sanity = result.sanity
     context.log.info(f"tokenizer: {result.source}, vocab {result.vocab_size}, "
                      f"{sanity.bytes_per_token:.2f} bytes/token")
@@ -55,6 +60,12 @@ def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> 
                                           "failed_ids": ", ".join(sanity.roundtrip_failed_ids) or "none"}),
             dg.AssetCheckResult(check_name="special_tokens_sane", passed=not sanity.special_token_problems,
                                 metadata={"problems": "\n".join(sanity.special_token_problems) or "none"}),
+            dg.AssetCheckResult(check_name="document_encoder_exact", passed=sanity.encoder_mismatches == 0,
+                                metadata={"document_encoder": sanity.document_encoder,
+                                          "checked": sanity.roundtrip_checked if sanity.document_encoder == "tiktoken"
+                                          else 0,
+                                          "mismatches": sanity.encoder_mismatches,
+                                          "mismatched_ids": ", ".join(sanity.encoder_mismatch_ids) or "none"}),
             dg.AssetCheckResult(check_name="bytes_per_token_in_range", severity=dg.AssetCheckSeverity.WARN,
                                 passed=low <= sanity.bytes_per_token <= high,
                                 metadata={"bytes_per_token": round(sanity.bytes_per_token, 4),
