@@ -88,7 +88,7 @@ def test_main_job_runs_every_source_and_reruns_identically(workspace):
     # before media arrived (the pinned md5 below)
     corpus = " ".join(lines["corpus"])
     assert corpus.startswith("corpus ok dedup 257 -> 225 documents, split 225, tokens "), res.stdout
-    assert "media samples 21" in corpus and corpus.endswith("17/17 checks passed"), res.stdout
+    assert "media samples 21" in corpus and corpus.endswith("18/18 checks passed"), res.stdout
     md5 = lines["release"][4]
     assert lines["release"][:4] == ["release", "ok", "dvc", "md5"] and md5.endswith(".dir"), res.stdout
     # the sample's dataset version is the one pinned in the committed dvc.lock: built in another
