@@ -13,8 +13,9 @@ every run.
   (`input_ids` list<int32>, `loss_mask`, counts), one per slice as the stage writes them
   (`encode_parts`): 1 MiB slices, one call of the document encoder each (GPT-2 qualifies for
   tiktoken, `tokenize.encoder: auto`, tokenize/tiktoken_bpe.py: the same ids as tokenizers, which
-  `check`'s token counts confirm), ids to one int32 array, EOS placed, Arrow arrays built. As in the stage, inside `serial_tokenizers`: one slice in flight per
-  core (or TOKENIZE_BENCH_THREADS), each encoded on its own thread, tokenizers' pool unused.
+  `check`'s token counts confirm), ids to one int32 array, EOS placed, Arrow arrays built. As in
+  the stage, inside `serial_tokenizers`: one slice in flight per core (or TOKENIZE_BENCH_THREADS),
+  each encoded on its own thread, tokenizers' pool unused.
 - peer: `tokenizers.Tokenizer.encode_batch(texts, add_special_tokens=False)` on the same texts
   (Python strings, made untimed), 1,000 per call (`datasets.map(batched=True)`'s default batch),
   the same GPT-2 tokenizer. The peer stops at Encoding objects; taking `.ids` out of them, which

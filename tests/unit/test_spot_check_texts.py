@@ -56,3 +56,24 @@ def test_the_excerpt_pass_stops_once_every_id_is_found(tmp_path, monkeypatch):
                                                                   ("d6", "text of d6 in part 0")]
     assert read == [0, 1]  # the ids of part 0's first two row groups, nothing after
     assert list(spot_checks._texts_of(dataset, ["nowhere"])) == []
+
+
+def test_a_row_group_is_decoded_only_up_to_the_batch_of_its_last_wanted_id(tmp_path, monkeypatch):
+    """Row groups of 1,000 rows in batches of 10: an id in the second batch costs two batches, not 100."""
+    path = tmp_path / "part-00000.parquet"
+    ids = [f"d{i}" for i in range(2000)]
+    pq.write_table(pa.table({"id": ids, "text": [f"text of {i}" for i in ids]}), path, row_group_size=1000)
+    monkeypatch.setattr(spot_checks, "EXCERPT_BATCH_ROWS", 10)
+    batches: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def spy(self, *args, **kwargs):
+        for batch in real(self, *args, **kwargs):
+            batches.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    got = list(spot_checks._texts_of(pads.dataset([str(path)], format="parquet"), ["d15", "d1003", "d1997"]))
+    assert got == [("d15", "text of d15"), ("d1003", "text of d1003"), ("d1997", "text of d1997")]
+    # row group 0: batches 0-1 (d15); row group 1: batch 0 (d1003) ... batch 99 (d1997): 2 + 100
+    assert len(batches) == 102
