@@ -14,7 +14,9 @@ when (`tiktoken_encoding` checks each, and answers why not where one fails):
 - the text is split into pieces the same way: no normalizer, and the pre-tokenizer is tokenizers'
   ByteLevel with its GPT-2 pattern and no prefix space (`GPT2_PATTERN` is the same alternation);
 - the model is a plain BPE: no dropout, no byte fallback, no subword prefix or word suffix;
-- every one of the 256 bytes has a token, so neither side ever meets an unknown byte;
+- every one of the 256 bytes has a token, so neither side ever meets an unknown byte, and every
+  other vocabulary entry is a merge's result or a special token (tiktoken's ranks hold bytes and
+  merge results only);
 - a merge's result has a larger id than every earlier merge's result: merge order = rank order;
 - every token the merges make is what tokenizers' BPE makes of that token's own text, so taking a
   whole piece (tiktoken) and merging it up (tokenizers) agree on every piece that is a token;
