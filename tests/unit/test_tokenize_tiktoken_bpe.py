@@ -113,6 +113,11 @@ def test_a_missing_byte_and_a_non_special_added_token_are_refused(trained):
     def drop_byte(spec):
         del spec["model"]["vocab"]["Ā"]  # the byte-level symbol of byte 0
     assert "not every byte" in tiktoken_encoding(_edited(trained, drop_byte)).reason
+
+    def orphan_entry(spec):
+        spec["model"]["vocab"]["zzzz"] = len(spec["model"]["vocab"]) + 10  # no merge makes it
+    assert "neither a byte, a merge's result nor a special token (e.g. 'zzzz')" in tiktoken_encoding(
+        _edited(trained, orphan_entry)).reason
     tok = Tokenizer.from_str(trained.tokenizer.to_str())
     tok.add_tokens([AddedToken("<tool>", special=False)])
     assert "non-special added tokens" in tiktoken_encoding(tok).reason
