@@ -6,7 +6,10 @@ The input is the densest text a byte-level BPE meets: 24 MiB of random letters a
 Its Encoding objects live per token, so the slice bound is what holds the stage's memory: under
 `setrlimit(RLIMIT_DATA)` of 464 MiB the default 1 MiB slices pass (they needed 352-416 MiB when
 measured), and the previous default of 4 MiB is refused an allocation (it needed more than 512 MiB;
-its peak RSS without a limit was 481-487 MB against 340-356 MB).
+its peak RSS without a limit was 481-487 MB against 340-356 MB). That is tokenizers' path
+(`tokenize.encoder: tokenizers`). tiktoken's (the default for this byte-level BPE, tiktoken_bpe.py)
+holds ~36 bytes a token in Python id lists: its 4 MiB slices fit under the same limit (peak 266 MB in
+CI) and stay below tokenizers' 1 MiB peak.
 """
 
 import os
@@ -35,7 +38,8 @@ SPLITS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("text"
 STAGE = """
 from platform_assets.tokenize.stage import tokenize_outputs
 r = tokenize_outputs(storage, "dataset_splits/_all", "tokenizer/_all", "tokenized/_all", cfg.tokenize, cfg.io)
-out = {"documents": r.documents, "tokens": r.tokens, "slice": cfg.tokenize.encode_slice_bytes}
+out = {"documents": r.documents, "tokens": r.tokens, "slice": cfg.tokenize.encode_slice_bytes,
+       "encoder": r.encoder}
 """
 
 
@@ -57,17 +61,26 @@ def _write_inputs(storage: Storage) -> None:
 def test_token_dense_text_is_encoded_within_the_slice_bound(tmp_path):
     storage = Storage(str(tmp_path / "out"))
     _write_inputs(storage)
-    config = {"storage": {"root": str(tmp_path / "out")}, "sources": [], "io": IO}
+    config = {"storage": {"root": str(tmp_path / "out")}, "sources": [], "io": IO,
+              "tokenize": {"encoder": "tokenizers"}}
     assert TokenizeSettings().encode_slice_bytes == 2**20  # the default is what runs here
     out = run_under_limit(STAGE, LIMIT, config, tmp_path)
+    assert out["encoder"] == "tokenizers (encoder: tokenizers)"
     assert out["documents"] == DOCS
     assert out["tokens"] > 0.9 * DOCS * DOC_BYTES  # as dense as intended: ~1 token per byte
     assert out["peak_rss"] < LIMIT, out
 
     # The same stage with 4 MiB slices does not fit: the limit is what the slice bound holds
-    wide = {**config, "tokenize": {"encode_slice_bytes": 4 * 2**20}}
+    wide = {**config, "tokenize": {"encoder": "tokenizers", "encode_slice_bytes": 4 * 2**20}}
     refused = _run_expecting_failure(wide, tmp_path)
     assert "MemoryError" in refused or "memory" in refused.lower(), refused[-2000:]
+
+    # tiktoken (the default encoder for this tokenizer) holds a third of that per token: 4 MiB slices
+    # fit, and peak below tokenizers' 1 MiB slices
+    fast = run_under_limit(STAGE, LIMIT, {**config, "tokenize": {"encode_slice_bytes": 4 * 2**20}}, tmp_path)
+    assert fast["encoder"] == "tiktoken"
+    assert (fast["documents"], fast["tokens"]) == (out["documents"], out["tokens"])
+    assert fast["peak_rss"] < out["peak_rss"], (fast, out)
 
 
 def _run_expecting_failure(config: dict, tmp_path) -> str:

@@ -148,15 +148,17 @@ class _Slice:
     uncut: np.ndarray  # tokens each row stands for before truncation (summed per document: its full length)
 
 
-IdsOf = Callable[[list[str]], Sequence[Sequence[int]]]
-"""An encoder: each text's ids, special-token strings as the encoder's path has them."""
+IdsOf = Callable[[list[str]], Sequence[Any]]
+"""An encoder: for each text its ids (a list) or tokenizers' Encoding, special-token strings as the
+encoder's path has them."""
 
 
 def tokenizers_ids(tokenizer: Tokenizer) -> IdsOf:
-    """`tokenizer`'s ids: ONE `encode_batch_fast` call (no offsets computed) per list of texts."""
-    def ids_of(texts: list[str]) -> list[list[int]]:
-        return list(map(operator.attrgetter("ids"), tokenizer.encode_batch_fast(texts, add_special_tokens=False)))
-    return ids_of
+    """`tokenizer`'s Encodings: ONE `encode_batch_fast` call (no offsets computed) per list of texts.
+    Their ids are taken out one document at a time by `_flat_ids`: a list of every document's ids
+    beside the Encodings would hold ~36 more bytes a token at once (under a memory limit, a slice of
+    token-dense text then failed inside tokenizers, where it hung, instead of in Python)."""
+    return functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
 
 
 def tiktoken_ids(encoding: tiktoken.Encoding) -> IdsOf:
@@ -164,8 +166,8 @@ def tiktoken_ids(encoding: tiktoken.Encoding) -> IdsOf:
     return functools.partial(encode_texts, encoding)
 
 
-def _encode_on_own_thread(ids_of: IdsOf, text: str) -> Sequence[int]:
-    """One document's ids, made on a thread started for it: its ~105-130 bytes per byte of text
+def _encode_on_own_thread(ids_of: IdsOf, text: str) -> Any:
+    """One document's ids or Encoding, made on a thread started for it: its ~105-130 bytes per byte of text
     inside tokenizers come from an arena no long-lived thread allocates from, so they go back when it
     is freed (`tokenizer_runtime.serial_tokenizers` has the figures)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize-large") as own:
@@ -187,9 +189,10 @@ def _flat_ids(ids_of: IdsOf, texts: list[str], own_thread_min_chars: int | None 
             encoded.insert(i, _encode_on_own_thread(ids_of, texts[i]))
     else:
         encoded = ids_of(texts)
-    lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
+    lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))  # an Encoding's len: its tokens
+    id_lists = encoded if not encoded or isinstance(encoded[0], list) else map(operator.attrgetter("ids"), encoded)
     # chain over the id lists in C (no bytecode per document or per token)
-    ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, count=int(lengths.sum()))
+    ids = np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, count=int(lengths.sum()))
     return lengths, ids
 
 
