@@ -31,7 +31,6 @@ Rows keep the input order; the chunks of a document are consecutive. int32 ids: 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
 from collections import Counter, deque
@@ -43,8 +42,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import tiktoken
-from tokenizers import Tokenizer
 
 from platform_assets.contracts import Counts, usable_cores
 from platform_assets.heap import release_freed_heap
@@ -54,9 +51,9 @@ from platform_assets.tokenize.conversations import Invalid, chat_candidates, par
 from platform_assets.tokenize.exclusion_rules import EXCLUSIONS_SCHEMA, TokenizeRule
 from platform_assets.tokenize.sequences import assemble, chunk, exclusive_cumsum, segment_sums
 from platform_assets.tokenize.settings import TokenizeSettings
-from platform_assets.tokenize.tiktoken_bpe import encode_texts
+from platform_assets.tokenize.tiktoken_bpe import tiktoken_ids
 from platform_assets.tokenize.tokenizer_artifact import TokenizerArtifact
-from platform_assets.tokenize.tokenizer_runtime import resize_word_cache, serial_tokenizers
+from platform_assets.tokenize.tokenizer_runtime import resize_word_cache, serial_tokenizers, tokenizers_ids
 
 TOKENIZED_SCHEMA_NAME = "platform.tokenized_documents"
 TOKENIZED_SCHEMA_VERSION = 1
@@ -153,19 +150,6 @@ IdsOf = Callable[[list[str]], Sequence[Any]]
 encoder's path has them."""
 
 
-def tokenizers_ids(tokenizer: Tokenizer) -> IdsOf:
-    """`tokenizer`'s Encodings: ONE `encode_batch_fast` call (no offsets computed) per list of texts.
-    Their ids are taken out one document at a time by `_flat_ids`: a list of every document's ids
-    beside the Encodings would hold ~36 more bytes a token at once (under a memory limit, a slice of
-    token-dense text then failed inside tokenizers, where it hung, instead of in Python)."""
-    return functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
-
-
-def tiktoken_ids(encoding: tiktoken.Encoding) -> IdsOf:
-    """tiktoken's ids (tiktoken_bpe.py: the same as tokenizers' where the stage chooses it)."""
-    return functools.partial(encode_texts, encoding)
-
-
 def _encode_on_own_thread(ids_of: IdsOf, text: str) -> Any:
     """One document's ids or Encoding, made on a thread started for it: its ~105-130 bytes per byte of text
     inside tokenizers come from an arena no long-lived thread allocates from, so they go back when it
@@ -234,11 +218,10 @@ class DocumentEncoder:
         if self.settings.word_cache_capacity is not None:
             for tokenizer in (artifact.text_tokenizer, artifact.tokenizer):
                 resize_word_cache(tokenizer, self.settings.word_cache_capacity)
-        fast = artifact.document_tiktoken if self.settings.encoder == "auto" else None
-        # what encodes documents' text, and why not tiktoken (empty when it does)
-        self.document_encoder = "tiktoken" if fast and fast.encoding else "tokenizers"
-        self.encoder_reason = ("encoder: tokenizers" if fast is None else fast.reason)
-        self._document_ids = (tiktoken_ids(fast.encoding) if fast and fast.encoding
+        choice = artifact.document_encoder_choice(self.settings.encoder)
+        self.document_encoder = choice.description
+        """What encodes documents' text: "tiktoken", or "tokenizers (why not tiktoken)"."""
+        self._document_ids = (tiktoken_ids(choice.encoding) if choice.encoding is not None
                               else tokenizers_ids(artifact.text_tokenizer))
         self._chat_ids = tokenizers_ids(artifact.tokenizer)
 

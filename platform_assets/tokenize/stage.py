@@ -326,6 +326,5 @@ def tokenize_outputs(
         rows=sum(s["rows"] for s in sets), documents=sum(s["documents"] for s in sets),
         tokens=sum(s["tokens"] for s in sets), loss_tokens=sum(s["loss_tokens"] for s in sets), sets=sets,
         stats=stats, excluded=exclusions.num_rows, tokenizer_sha256=artifact.tokenizer_sha256,
-        encoder=(encoder.document_encoder if not encoder.encoder_reason
-                 else f"{encoder.document_encoder} ({encoder.encoder_reason})"),
+        encoder=encoder.document_encoder,
     )

@@ -34,8 +34,9 @@ tokenizer stage's round-trip sample compares both encoders' ids on every build (
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,16 @@ class TiktokenChoice:
     """`encoding` when tiktoken encodes documents to tokenizers' ids, else None and `reason`."""
     encoding: tiktoken.Encoding | None
     reason: str
+
+    @property
+    def description(self) -> str:
+        """What encodes documents, as the tokenize stage's metadata and the tokenizer's
+        `document_encoder_exact` check say it: "tiktoken", or "tokenizers (why not tiktoken)"."""
+        return "tiktoken" if self.encoding is not None else f"tokenizers ({self.reason})"
+
+
+TOKENIZERS_CHOSEN = TiktokenChoice(None, "encoder: tokenizers")
+"""The choice when the settings keep tokenizers for every document (`TokenizeSettings.encoder`)."""
 
 
 def _refused(reason: str) -> TiktokenChoice:
@@ -128,6 +139,11 @@ def tiktoken_encoding(tokenizer: Tokenizer, tokenizer_json: str | None = None) -
     encoding = tiktoken.Encoding("platform-byte-level-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                                  special_tokens={})
     return TiktokenChoice(encoding, "")
+
+
+def tiktoken_ids(encoding: tiktoken.Encoding) -> Callable[[list[str]], list[list[int]]]:
+    """The tokenize stage's document encoder (encode.IdsOf) over `encoding`."""
+    return functools.partial(encode_texts, encoding)
 
 
 def encode_texts(encoding: tiktoken.Encoding, texts: Sequence[str]) -> list[list[int]]:

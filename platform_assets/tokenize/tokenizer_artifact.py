@@ -137,6 +137,12 @@ class TokenizerArtifact:
         from platform_assets.tokenize.tiktoken_bpe import tiktoken_encoding
         return tiktoken_encoding(self.text_tokenizer, self._tokenizer_json)
 
+    def document_encoder_choice(self, encoder: str) -> TiktokenChoice:
+        """What encodes documents under the setting `encoder` (settings.TokenizeSettings.encoder):
+        `document_tiktoken` for "auto", tokenizers (with that reason) for "tokenizers"."""
+        from platform_assets.tokenize.tiktoken_bpe import TOKENIZERS_CHOSEN
+        return self.document_tiktoken if encoder == "auto" else TOKENIZERS_CHOSEN
+
     @property
     def eos_id(self) -> int:
         return self.special_ids["eos"]

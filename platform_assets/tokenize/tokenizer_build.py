@@ -252,8 +252,10 @@ class TokenizerSanity:
     document_encoder: str = "tokenizers"
     """What the tokenize stage will encode documents with (settings.TokenizeSettings.encoder): "tiktoken",
     or "tokenizers" with why not tiktoken."""
+    encoder_checked: int = 0
+    """Sample documents whose ids were compared between tiktoken and tokenizers (0 where tiktoken is not used)."""
     encoder_mismatches: int = 0
-    """Sample documents whose ids from tiktoken differ from tokenizers' (0 where tiktoken is not used)."""
+    """Of those, the documents whose ids from tiktoken differ from tokenizers'."""
     encoder_mismatch_ids: list[str] = field(default_factory=list)
 
     @property
@@ -270,7 +272,8 @@ class TokenizerSanity:
                 "roundtrip_failed_ids": self.roundtrip_failed_ids, "bytes_per_token": round(self.bytes_per_token, 4),
                 "sample_bytes": self.sample_bytes, "sample_tokens": self.sample_tokens,
                 "special_token_problems": self.special_token_problems, "tokenizer_sha256": self.tokenizer_sha256,
-                "document_encoder": self.document_encoder, "encoder_mismatches": self.encoder_mismatches,
+                "document_encoder": self.document_encoder, "encoder_checked": self.encoder_checked,
+                "encoder_mismatches": self.encoder_mismatches,
                 "encoder_mismatch_ids": self.encoder_mismatch_ids}
 
 
@@ -322,17 +325,15 @@ def sanity_report(artifact: TokenizerArtifact, sample: Sequence[tuple[str, str]]
     failed: list[str] = []
     mismatched: list[str] = []
     tokens = 0
-    fast = artifact.document_tiktoken if document_encoder == "auto" else None
-    encoder = "tiktoken" if fast and fast.encoding else (
-        f"tokenizers ({fast.reason})" if fast else "tokenizers (encoder: tokenizers)")
+    choice = artifact.document_encoder_choice(document_encoder)
     if texts:
         encodings = artifact.text_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         ids = [e.ids for e in encodings]
         tokens = sum(map(len, ids))
         decoded = artifact.text_tokenizer.decode_batch(ids, skip_special_tokens=False)
         failed = [doc_id for (doc_id, text), back in zip(sample, decoded, strict=True) if back != text]
-        if fast and fast.encoding:
-            fast_ids = encode_texts(fast.encoding, texts)
+        if choice.encoding is not None:
+            fast_ids = encode_texts(choice.encoding, texts)
             mismatched = [doc_id for (doc_id, _), a, b in zip(sample, ids, fast_ids, strict=True) if a != b]
     return TokenizerSanity(
         vocab_size=artifact.vocab_size,
@@ -344,7 +345,8 @@ def sanity_report(artifact: TokenizerArtifact, sample: Sequence[tuple[str, str]]
         sample_tokens=tokens,
         special_token_problems=special_token_problems(artifact),
         tokenizer_sha256=artifact.tokenizer_sha256,
-        document_encoder=encoder,
+        document_encoder=choice.description,
+        encoder_checked=len(texts) if choice.encoding is not None else 0,
         encoder_mismatches=len(mismatched),
         encoder_mismatch_ids=mismatched[:_ROUNDTRIP_EXAMPLES],
     )

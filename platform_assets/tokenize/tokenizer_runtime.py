@@ -1,16 +1,27 @@
-"""How the Rust tokenizer runs inside a stage's process: its thread pool (`serial_tokenizers`) and
-its word cache (`resize_word_cache`). Both are process-level knobs of tokenizers, measured for the
-tokenize stage's memory (tokenize/encode.py uses them; settings.TokenizeSettings has the figures)."""
+"""How the Rust tokenizer runs inside a stage's process: its batch call (`tokenizers_ids`), its thread
+pool (`serial_tokenizers`) and its word cache (`resize_word_cache`). The last two are process-level
+knobs of tokenizers, measured for the tokenize stage's memory (tokenize/encode.py uses them;
+settings.TokenizeSettings has the figures)."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 PARALLELISM_VARIABLE = "TOKENIZERS_PARALLELISM"
+
+
+def tokenizers_ids(tokenizer: Tokenizer) -> Callable[[list[str]], Sequence[Encoding]]:
+    """The tokenize stage's encoder (encode.IdsOf) over `tokenizer`: its Encodings, ONE
+    `encode_batch_fast` call (no offsets computed) per list of texts. encode.py takes their ids out one
+    document at a time: a list of every document's ids beside the Encodings would hold ~36 more bytes
+    a token at once (under a memory limit, a slice of token-dense text then failed inside tokenizers,
+    where it hung, instead of in Python)."""
+    return functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
 
 
 @contextmanager

@@ -171,8 +171,8 @@ def test_the_stage_encoder_gives_the_same_rows_with_either_encoder(trained):
     settings_ = dict(own_thread_min_chars=4096, encode_slice_bytes=300)
     fast = DocumentEncoder(trained, TokenizeSettings(**settings_))
     slow = DocumentEncoder(trained, TokenizeSettings(encoder="tokenizers", **settings_))
-    assert (fast.document_encoder, fast.encoder_reason) == ("tiktoken", "")
-    assert (slow.document_encoder, slow.encoder_reason) == ("tokenizers", "encoder: tokenizers")
+    assert fast.document_encoder == "tiktoken"
+    assert slow.document_encoder == "tokenizers (encoder: tokenizers)"
     a, b = fast.encode(documents), slow.encode(documents)
     assert a.batch.num_rows == len(documents) and a.stats.chat_documents == 2
     assert a.batch.equals(b.batch)
@@ -183,8 +183,7 @@ def test_a_tokenizer_tiktoken_cannot_stand_in_for_is_encoded_by_tokenizers_and_s
     s = TokenizerSettings(vocab_size=300, min_frequency=1, algorithm="unigram")
     unigram = make_artifact(train_tokenizer([["hello world"] * 10], s), s)
     encoder = DocumentEncoder(unigram)
-    assert encoder.document_encoder == "tokenizers"
-    assert "not BPE" in encoder.encoder_reason
+    assert encoder.document_encoder.startswith("tokenizers (") and "not BPE" in encoder.document_encoder
 
 
 def test_sanity_report_compares_both_encoders_and_fails_on_a_mismatch(trained, monkeypatch):
@@ -192,7 +191,9 @@ def test_sanity_report_compares_both_encoders_and_fails_on_a_mismatch(trained, m
     report = sanity_report(trained, sample)
     assert report.document_encoder == "tiktoken"
     assert report.encoder_mismatches == 0 and report.ok
-    assert sanity_report(trained, sample, "tokenizers").document_encoder == "tokenizers (encoder: tokenizers)"
+    assert report.encoder_checked == len(sample)
+    slow = sanity_report(trained, sample, "tokenizers")
+    assert (slow.document_encoder, slow.encoder_checked) == ("tokenizers (encoder: tokenizers)", 0)
 
     def one_off(encoding, texts_):
         ids = encode_texts(encoding, texts_)

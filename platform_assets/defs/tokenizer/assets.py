@@ -62,8 +62,7 @@ def tokenizer(context: dg.AssetExecutionContext, pipeline: PipelineResource) -> 
                                 metadata={"problems": "\n".join(sanity.special_token_problems) or "none"}),
             dg.AssetCheckResult(check_name="document_encoder_exact", passed=sanity.encoder_mismatches == 0,
                                 metadata={"document_encoder": sanity.document_encoder,
-                                          "checked": sanity.roundtrip_checked if sanity.document_encoder == "tiktoken"
-                                          else 0,
+                                          "checked": sanity.encoder_checked,
                                           "mismatches": sanity.encoder_mismatches,
                                           "mismatched_ids": ", ".join(sanity.encoder_mismatch_ids) or "none"}),
             dg.AssetCheckResult(check_name="bytes_per_token_in_range", severity=dg.AssetCheckSeverity.WARN,
