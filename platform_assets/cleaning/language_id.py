@@ -46,6 +46,7 @@ import regex
 from platform_assets import stage_caches
 from platform_assets.cleaning import language_model_cache
 from platform_assets.cleaning.language_bands import band_min_score, count_words
+from platform_assets.cleaning.language_bands import load as load_word_count
 from platform_assets.cleaning.language_script import (
     LANGUAGE_SCRIPTS,
     dominant_script,
@@ -310,6 +311,7 @@ class LanguageFilter(DocumentStep):
         # pipeline loads its steps before its first batch, never when it is built only for its schema
         # (the cleaning stage's parent), so the model still stays out of processes that do not predict
         load_script_tables()
+        load_word_count()
         preload_model()
 
     def prepare(self, texts: list[str], modalities: list[str | None], langs: list[str | None]) -> list[Any]:

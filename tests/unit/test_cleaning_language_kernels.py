@@ -1,10 +1,11 @@
 """The language step's compiled kernels (language_kernels.py) against the Python forms they replace:
 the script pass against language_script.script_counts_by_regex (the `regex` Script property over the
 letters, run by run), counts and their order, on empty text, one character, every script, beyond the
-BMP, combining marks, lone surrogates and the Han variants; the DFA walk against py3langid's own
-`visit_counts` on arbitrary bytes; and that building the language step loads every kernel signature the
-step then uses (no compilation in the first batch). The cache fallback is quality/kernels.compiled's,
-tested in test_cleaning_quality_numba.py."""
+BMP, combining marks, lone surrogates and the Han variants; the word count against
+language_bands.count_words_by_regex (its backtracking cases, every character class, limits); the DFA
+walk against py3langid's own `visit_counts` on arbitrary bytes; and that building the language step
+loads every kernel signature the step then uses (no compilation in the first batch). The cache
+fallback is quality/kernels.compiled's, tested in test_cleaning_quality_numba.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from platform_assets.cleaning import language_kernels
+from platform_assets.cleaning.language_bands import _compiled_words, count_words, count_words_by_regex
 from platform_assets.cleaning.language_script import (
     _SCRIPT_CODES,
     _compiled_scripts,
@@ -77,6 +81,54 @@ def test_script_pass_han_variant_follows_the_form_counts():
     assert list(script_counts("文 abc")) == ["Latn", "Hani"]  # Han's entry last, as the regex form puts it
 
 
+WORD_COUNT_CASES = [
+    "", "a", "1", " ", "123", "12漢", "abc漢字", "漢字abc", "漢", "漢字漢", "a\u0e51b", "\u0e51\u0e51 x",
+    "\u0e3f", "฿฿฿ a", "\u0e5a", "a\u0e5a\u0e5ab", "\u2e80\u2e80\u2e80",
+    "1\u0301", "\u0301a", "a\u0301", "e\u0301\u0301x", "1\u0e51", "1\u0e01", "12 34 ab",
+    "ps2pdf12 - convert 1.2", "Verzeichnisinhalte auflisten", "列出目录内容", "日本語のテキスト", "ｱｲｳ ＡＢＣ",
+    "\u3005\u3007\u2e80", "a_b", "x2y2z2", "2x", "x2", "\ud800a\udfff", "a\U0001F600b", "𠀀𠀁 𪜀", "𝐀𝐁𝐂 1𝐀",
+    "٣٤ عربى", "a" * 3000, "1" * 3000 + "a", "1" * 3000, "ก" * 7, "word " * 40,
+]
+
+
+@pytest.mark.parametrize("text", WORD_COUNT_CASES)
+def test_word_count_matches_the_regex(text):
+    assert count_words(text) == count_words_by_regex(text)
+    for limit in (0, 1, 3, 10):
+        assert count_words(text, limit) == count_words_by_regex(text, limit), limit
+
+
+def _characters_of_each_word_class() -> list[str]:
+    """A few characters of every combination of word_count's class bits (none, UNSPACED, LETTER,
+    WORD, and each mixture the table holds), ASCII included."""
+    _, classes = _compiled_words()
+    rng = random.Random(7)
+    picked: list[str] = []
+    for bits in np.unique(classes).tolist():
+        points = np.flatnonzero(classes == bits).tolist()
+        picked += [chr(cp) for cp in rng.sample(points, min(len(points), 12))]
+    return picked + list(" \n\t.-'_0aZ")
+
+
+def test_word_count_table_holds_every_class_mixture_the_regex_knows():
+    _, classes = _compiled_words()
+    k = language_kernels
+    assert classes[ord("a")] == k.LETTER_CHAR | k.WORD_CHAR and classes[ord("1")] == k.WORD_CHAR
+    assert classes[ord("漢")] == k.UNSPACED_CHAR | k.LETTER_CHAR | k.WORD_CHAR
+    assert classes[ord("\u0e51")] == k.UNSPACED_CHAR | k.WORD_CHAR  # a Thai digit: unspaced, not a letter
+    assert classes[ord("\u0e5a")] == k.UNSPACED_CHAR  # Thai angkhankhu: Thai script, punctuation
+    assert classes[ord("\u0e3f")] == 0  # the baht sign: Common script, a symbol
+    assert classes[ord("\u0301")] == k.WORD_CHAR and classes[ord(" ")] == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_characters_of_each_word_class()), max_size=60), st.integers(-1, 12))
+def test_word_count_matches_the_regex_on_mixtures_of_every_class(chars, limit):
+    text = "".join(chars)
+    limit_or_none = None if limit < 0 else limit
+    assert count_words(text, limit_or_none) == count_words_by_regex(text, limit_or_none)
+
+
 def _visit_counts_reference(model, sample: bytes) -> list[tuple[int, int]]:
     from py3langid.langid import visit_counts
 
@@ -115,8 +167,10 @@ def test_loading_the_language_step_loads_every_kernel_signature():
 
     step = LanguageFilter()
     step.load()  # what the pipeline calls before its first batch (building loads nothing)
-    signatures = {k: len(k.signatures) for k in (language_kernels.dfa_features, language_kernels.script_letter_bytes)}
+    kernels = (language_kernels.dfa_features, language_kernels.script_letter_bytes, language_kernels.word_count)
+    signatures = {k: len(k.signatures) for k in kernels}
     assert all(signatures.values())
     step.identifier.predict_many(["Die Bibliothek öffnet um neun Uhr.", "図書館は朝九時に開館し", "plain"] * 20)
     script_counts("Библиотека 図書館")
+    step.prepare(["Die Bibliothek öffnet um neun Uhr.", "plain words"], [None, None], [None, None])
     assert {k: len(k.signatures) for k in signatures} == signatures  # nothing compiled after load()
