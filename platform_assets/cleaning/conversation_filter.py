@@ -27,6 +27,7 @@ import orjson
 from pydantic import Field
 
 from platform_assets.cleaning.language_bands import count_words
+from platform_assets.cleaning.language_bands import load as load_word_count
 from platform_assets.cleaning.steps import Doc, DocumentStep, Drop, above, below
 from platform_assets.contracts import MESSAGES_KEY, StrictModel
 
@@ -67,6 +68,9 @@ class ConversationFilter(DocumentStep):
                  on_error: Literal["exclude", "raise"] = "exclude"):
         self.s = settings or ConversationSettings()
         super().__init__(modalities=self.s.modalities, on_error=on_error)
+
+    def load(self) -> None:
+        load_word_count()  # the compiled word count and its table (language_bands), before the first batch
 
     def process(self, doc: Doc, counters: Counter[str]) -> Drop | None:
         messages = self._messages(doc.meta)

@@ -37,7 +37,8 @@ def count_words(text: str, limit: int | None = None) -> int:
         chars = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     else:
         chars = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    return int(kernel(chars, classes, UNSPACED_CHARS_PER_WORD, -1 if limit is None else limit))
+    no_limit = -1  # language_kernels.NO_LIMIT (that module imports numba: loaded by _compiled_words)
+    return int(kernel(chars, classes, UNSPACED_CHARS_PER_WORD, no_limit if limit is None else limit))
 
 
 @cache

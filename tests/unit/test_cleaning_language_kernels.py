@@ -174,3 +174,13 @@ def test_loading_the_language_step_loads_every_kernel_signature():
     script_counts("Библиотека 図書館")
     step.prepare(["Die Bibliothek öffnet um neun Uhr.", "plain words"], [None, None], [None, None])
     assert {k: len(k.signatures) for k in signatures} == signatures  # nothing compiled after load()
+
+
+def test_loading_the_conversation_step_loads_the_word_count():
+    from platform_assets.cleaning.conversation_filter import ConversationFilter
+
+    ConversationFilter().load()
+    signatures = len(language_kernels.word_count.signatures)
+    assert signatures and _compiled_words.cache_info().currsize == 1
+    assert count_words("two words") == 2 and count_words("漢字 word") == 2
+    assert len(language_kernels.word_count.signatures) == signatures  # nothing compiled after load()
