@@ -48,13 +48,13 @@ def _compiled_words() -> tuple[Any, np.ndarray]:
     from platform_assets.cleaning import language_kernels as kernels
 
     kernels.load()
+    # a string of every code point in order: a match's positions are its code points
     every_char = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    points = np.arange(0x110000, dtype=np.uint32)
     classes = np.zeros(0x110000, dtype=np.uint8)
     for pattern, bit in ((rf"[{_UNSPACED}]+", kernels.UNSPACED_CHAR), (r"\p{L}+", kernels.LETTER_CHAR),
                          (r"[\p{L}\p{M}\p{N}]+", kernels.WORD_CHAR)):
         for match in regex.finditer(pattern, every_char):
-            classes[points[match.start():match.end()]] |= bit
+            classes[match.start():match.end()] |= bit
     return kernels.word_count, classes
 
 
