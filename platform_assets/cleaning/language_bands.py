@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import regex
 
+from platform_assets.code_point_tables import class_bits
+
 _UNSPACED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
 _WORD_RE = regex.compile(
     rf"(?P<unspaced>[{_UNSPACED}]+)|(?:(?![{_UNSPACED}])[\p{{L}}\p{{M}}\p{{N}}])*\p{{L}}[\p{{L}}\p{{M}}\p{{N}}]*"
@@ -32,30 +34,26 @@ def count_words(text: str, limit: int | None = None) -> int:
     """Words in `text` (the matches of _WORD_RE: :func:`count_words_by_regex`, as one compiled pass,
     language_kernels.word_count); with `limit`, counting stops once past it (the step only needs to
     know whether a text is in a band)."""
-    kernel, classes = _compiled_words()
+    kernel, classes, no_limit = _compiled_words()
     if text.isascii():
         chars = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     else:
         chars = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    no_limit = -1  # language_kernels.NO_LIMIT (that module imports numba: loaded by _compiled_words)
     return int(kernel(chars, classes, UNSPACED_CHARS_PER_WORD, no_limit if limit is None else limit))
 
 
 @cache
-def _compiled_words() -> tuple[Any, np.ndarray]:
-    """(kernel, class bits per code point), once per process: the table is _WORD_RE's own character
-    classes run over every code point of U+0000..U+10FFFF (1.1 MB)."""
+def _compiled_words() -> tuple[Any, np.ndarray, int]:
+    """(kernel, class bits per code point, the kernel's "no limit"), once per process (the kernels'
+    module imports numba): the table is _WORD_RE's own character classes run over every code point
+    of U+0000..U+10FFFF (1.1 MB)."""
     from platform_assets.cleaning import language_kernels as kernels
 
     kernels.load()
-    # a string of every code point in order: a match's positions are its code points
-    every_char = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    classes = np.zeros(0x110000, dtype=np.uint8)
-    for pattern, bit in ((rf"[{_UNSPACED}]+", kernels.UNSPACED_CHAR), (r"\p{L}+", kernels.LETTER_CHAR),
-                         (r"[\p{L}\p{M}\p{N}]+", kernels.WORD_CHAR)):
-        for match in regex.finditer(pattern, every_char):
-            classes[match.start():match.end()] |= bit
-    return kernels.word_count, classes
+    classes = class_bits(((regex.compile(rf"[{_UNSPACED}]+"), kernels.UNSPACED_CHAR),
+                          (regex.compile(r"\p{L}+"), kernels.LETTER_CHAR),
+                          (regex.compile(r"[\p{L}\p{M}\p{N}]+"), kernels.WORD_CHAR)))
+    return kernels.word_count, classes, kernels.NO_LIMIT
 
 
 def load() -> None:

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import regex
 
+from platform_assets.code_point_tables import UNICODE_END, every_code_point
+
 # ISO 15924 code -> the Unicode Script property value `regex` knows it by
 _SCRIPTS = {
     "Latn": "Latin", "Cyrl": "Cyrillic", "Grek": "Greek", "Arab": "Arabic", "Hebr": "Hebrew",
@@ -142,11 +144,10 @@ def _compiled_scripts() -> tuple[Any, np.ndarray, np.ndarray]:
     from platform_assets.cleaning import language_kernels as kernels
 
     kernels.load()
-    every_char = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")  # 0.01 s
-    letters = _NOT_LETTERS_RE.sub("", every_char)
+    letters = _NOT_LETTERS_RE.sub("", every_code_point())
     points = np.frombuffer(letters.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     index = {code: i for i, code in enumerate(_SCRIPT_CODES)}
-    script_of = np.full(0x110000, kernels.NOT_LETTER, dtype=np.uint8)
+    script_of = np.full(UNICODE_END, kernels.NOT_LETTER, dtype=np.uint8)
     for match in _SCRIPT_RE.finditer(letters):
         script_of[points[match.start():match.end()]] = index[match.lastgroup]
     han_form = np.zeros(kernels.HAN_END - kernels.HAN_FIRST, dtype=np.uint8)

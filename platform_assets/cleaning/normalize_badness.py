@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-_BMP = 0x10000
+from platform_assets.code_point_tables import BMP_END, every_code_point
+
 _MAX_VARIANTS = 64  # sequences, one bit each in the per-character anchor mask
 
 
@@ -95,7 +96,7 @@ def matcher() -> BadnessMatcher | None:
         return None
     sequences, at_start = shape
     state = sre_parse.parse(BADNESS_RE.pattern, BADNESS_RE.flags).state
-    every_char = np.arange(_BMP, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    every_char = every_code_point(BMP_END)
     index: dict[str, int] = {}
     holders: list[np.ndarray] = []
     for seq in sequences:
@@ -106,7 +107,7 @@ def matcher() -> BadnessMatcher | None:
                 index[key] = len(holders)
                 holders.append(np.array([m.start() for m in one.finditer(every_char)], dtype=np.int64))
     words = (len(holders) + 63) // 64
-    members = np.zeros((_BMP, words), dtype=np.uint64)
+    members = np.zeros((BMP_END, words), dtype=np.uint64)
     for e, held in enumerate(holders):
         members[held, e // 64] |= np.uint64(1) << np.uint64(e % 64)
     longest = max(map(len, sequences))
@@ -121,8 +122,8 @@ def matcher() -> BadnessMatcher | None:
         pairs.append(np.stack([holders[ids[k]], np.full(holders[ids[k]].size, s, dtype=np.int64)], axis=1))
     pairs_array = np.concatenate(pairs)
     pairs_array = pairs_array[np.lexsort((pairs_array[:, 1], pairs_array[:, 0]))]
-    anchor_starts = np.zeros(_BMP + 1, dtype=np.int64)
-    np.cumsum(np.bincount(pairs_array[:, 0], minlength=_BMP), out=anchor_starts[1:])
+    anchor_starts = np.zeros(BMP_END + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pairs_array[:, 0], minlength=BMP_END), out=anchor_starts[1:])
     return BadnessMatcher(members, anchor_starts, pairs_array[:, 1].copy(), elements,
                           np.array(list(map(len, sequences)), dtype=np.int64), anchor_at,
                           np.array(at_start, dtype=np.bool_))
@@ -135,7 +136,7 @@ def is_bad(text: str) -> bool | None:
     if m is None:
         return None
     chars = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    if chars.size and int(chars.max()) >= _BMP:
+    if chars.size and int(chars.max()) >= BMP_END:
         return None
     return bool(_kernel()(chars, m.members, m.anchor_starts, m.anchor_seqs, m.elements, m.lengths, m.anchor_at,
                           m.at_start))

@@ -17,6 +17,8 @@ from functools import cache
 
 import numpy as np
 
+from platform_assets.code_point_tables import BMP_END, class_bits
+
 NEEDS_FTFY = 1  # a C1 control or ESC: normalize._NEEDS_FTFY_RE
 MOJIBAKE_LEAD = 2  # the first character of a mojibake bigram (normalize._mojibake_bigrams)
 MOJIBAKE_CONT = 4  # its second character
@@ -25,18 +27,13 @@ SPACE = 16  # normalize._SPACES_RE
 CONTROL = 32  # normalize._CONTROL_RE, NEL (U+0085) left out: see NEL
 LINE_BREAK = 64  # a character normalize._LINE_BREAK_RE replaces
 NEL = 128  # U+0085: a control character and a line break; whitespace normalisation turns it into "\n"
-_BMP = 0x10000
 
 
 def char_flags(needs_ftfy: re.Pattern[str], lead: re.Pattern[str], cont: re.Pattern[str], spaces: re.Pattern[str],
                controls: re.Pattern[str], line_breaks: re.Pattern[str]) -> np.ndarray:
     """The flag of every BMP code point, from single-character regexes (each matched over all of them)."""
-    table = np.zeros(_BMP, dtype=np.uint8)
-    every_char = np.arange(_BMP, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    for pattern, flag in ((needs_ftfy, NEEDS_FTFY), (lead, MOJIBAKE_LEAD), (cont, MOJIBAKE_CONT),
-                          (spaces, SPACE), (controls, CONTROL), (line_breaks, LINE_BREAK)):
-        hits = [m.start() for m in pattern.finditer(every_char)]
-        table[hits] |= flag
+    table = class_bits(((needs_ftfy, NEEDS_FTFY), (lead, MOJIBAKE_LEAD), (cont, MOJIBAKE_CONT),
+                        (spaces, SPACE), (controls, CONTROL), (line_breaks, LINE_BREAK)), end=BMP_END)
     table[0x85] = (int(table[0x85]) & ~CONTROL) | NEL
     return table
 

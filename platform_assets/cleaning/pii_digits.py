@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from platform_assets.code_point_tables import class_bits
+
 CARD_MIN_DIGITS, CARD_MAX_GAP, CARD_GAP_CHARS = 13, 1, " -"
 PHONE_MIN_DIGITS, PHONE_MAX_GAP, PHONE_GAP_CHARS = 9, 3, " .-()"
 
@@ -31,9 +33,7 @@ PHONE_MIN_DIGITS, PHONE_MAX_GAP, PHONE_GAP_CHARS = 9, 3, " .-()"
 def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(is `re`'s \\d, per code point of U+0000..U+10FFFF; card gap characters, phone gap characters,
     per ASCII code point): \\d from the pattern itself (~0.03 s, once per process)."""
-    every_char = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    digit = np.zeros(0x110000, dtype=np.bool_)
-    digit[[m.start() for m in re.finditer(r"\d", every_char)]] = True
+    digit = class_bits(((re.compile(r"\d"), 1),)).view(np.bool_)
     card_gap = np.zeros(128, dtype=np.bool_)
     card_gap[[ord(c) for c in CARD_GAP_CHARS]] = True
     phone_gap = np.zeros(128, dtype=np.bool_)

@@ -101,7 +101,7 @@ def test_word_count_matches_the_regex(text):
 def _characters_of_each_word_class() -> list[str]:
     """A few characters of every combination of word_count's class bits (none, UNSPACED, LETTER,
     WORD, and each mixture the table holds), ASCII included."""
-    _, classes = _compiled_words()
+    _, classes, _ = _compiled_words()
     rng = random.Random(7)
     picked: list[str] = []
     for bits in np.unique(classes).tolist():
@@ -111,7 +111,7 @@ def _characters_of_each_word_class() -> list[str]:
 
 
 def test_word_count_table_holds_every_class_mixture_the_regex_knows():
-    _, classes = _compiled_words()
+    _, classes, _ = _compiled_words()
     k = language_kernels
     assert classes[ord("a")] == k.LETTER_CHAR | k.WORD_CHAR and classes[ord("1")] == k.WORD_CHAR
     assert classes[ord("漢")] == k.UNSPACED_CHAR | k.LETTER_CHAR | k.WORD_CHAR

@@ -32,6 +32,7 @@ from platform_assets.cleaning.quality.kernels import (
     token_vocab,
 )
 from platform_assets.cleaning.quality.text_view import Vocab
+from platform_assets.code_point_tables import BMP_END, every_code_point
 
 _KIND = np.full(256, OTHER, dtype=np.uint8)
 _KIND[list(b"\t\n\x0b\x0c\r ")] = SPACE  # the pattern's whitespace: not \x1c-\x1f, which `re` calls space
@@ -66,7 +67,7 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if _BMP is None:
         import regex
 
-        plane = "".join(map(chr, range(0x10000)))
+        plane = every_code_point(BMP_END)
         kind = np.full(0x10000, OTHER, dtype=np.uint8)
         kind[[ord(c) for c in regex.findall(r"\s", plane)]] = SPACE
         kind[[ord(c) for c in regex.findall(r"\w", plane)]] = WORD
