@@ -198,6 +198,13 @@ class TokenizeSettings(StrictModel):
     came from arenas that stayed ~70 MB larger (the real corpus's six 1 MB documents: peak after them
     606-621 -> 573-584 MB in-process, the same CPU). `null` leaves malloc as it is."""
 
+    malloc_arena_max: Annotated[int, Field(ge=1)] | None = 2
+    """glibc's M_ARENA_MAX, set when the stage starts (platform_assets/heap.py, `cap_malloc_arenas`):
+    the stage's threads share this many malloc arenas. With glibc's default (8 per core) its RSS crept
+    through the pipeline_scaling 16x input (8.1 GB): peak 539-549 MB against 474 at 1x; with 2, 498.
+    glibc cannot undo it, so it holds for the rest of the process (the in-process job's packing).
+    `null` leaves malloc as it is."""
+
     word_cache_capacity: Annotated[int, Field(ge=0)] | None = 1000
     """Words the tokenizer model caches while the stage encodes (BPE and Unigram models, through
     tokenizers' `_resize_cache`; the cache's memory growth is huggingface/tokenizers#1539). 0 turns the

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from platform_assets.contracts import DEFAULT_IO, EXCLUSIONS_FILE, IOSettings, StageResult
-from platform_assets.heap import mmap_threshold_fixed
+from platform_assets.heap import cap_malloc_arenas, mmap_threshold_fixed
 from platform_assets.parquet_parts import TableSink, TableSource, output_schema
 from platform_assets.schema import MEDIA_MODALITIES
 from platform_assets.splits.assignment import id_unit_interval
@@ -296,6 +296,7 @@ def tokenize_outputs(
     per_set: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(
         ("rows", "documents", "tokens", "loss_tokens"), 0))
     excluded: list[pa.RecordBatch] = []
+    cap_malloc_arenas(settings.malloc_arena_max)  # before the encoder's threads start (they start on submit)
     with mmap_threshold_fixed(settings.malloc_mmap_threshold), serial_tokenizers(), \
             TableSink(storage, out_rel, encoder.schema, io) as sink, closing(
             SetWriters(sink, rows_per_batch, min(io.batch_bytes, settings.row_group_bytes))) as writers, (

@@ -82,3 +82,46 @@ def test_a_fixed_mmap_threshold_withstands_the_dynamic_raise_inside_its_block_on
     done = subprocess.run([sys.executable, "-c", MMAP_PROBE], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == {"dynamic": False, "applied": True, "fixed": True,
                                        "fixed_after_a_larger_free": True, "after": False}
+
+
+ARENA_PROBE = """
+import ctypes, os, sys, threading
+from platform_assets import heap
+
+cap = None if sys.argv[1] == "-" else int(sys.argv[1])
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+libc.malloc_stats()  # one "Arena N:" section per arena, on stderr: those the imports' threads made
+os.write(2, b"-- threads\\n")
+applied = heap.cap_malloc_arenas(cap)
+together = threading.Barrier(7)
+
+def allocate():
+    block = libc.malloc(1024)  # the thread's first malloc picks its arena
+    together.wait()  # all six alive at once: an arena left by an ended thread would be reused
+    libc.free(block)
+
+threads = [threading.Thread(target=allocate) for _ in range(6)]
+for t in threads:
+    t.start()
+together.wait()
+libc.malloc_stats()
+for t in threads:
+    t.join()
+print(applied)
+"""
+
+
+@pytest.mark.parametrize("cap", [None, 2, 1])
+def test_capped_arenas_are_shared_by_the_threads_that_start_after(cap):
+    """tokenize caps glibc's arenas before its threads start (tokenize.malloc_arena_max): six threads
+    alive at once get an arena each under glibc's default (up to 8 per core), and share the cap's
+    otherwise, or the arenas the process had made before if more. In a child process: the limit is
+    process-wide and cannot be undone."""
+    done = subprocess.run([sys.executable, "-c", ARENA_PROBE, "-" if cap is None else str(cap)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(cap is not None)
+    before, after = (sum(line.startswith("Arena ") for line in part.splitlines())
+                     for part in done.stderr.split("-- threads\n"))
+    assert before >= 1  # the main arena at least
+    assert after == (before + 6 if cap is None else max(before, cap))
