@@ -1,10 +1,10 @@
 """Tables indexed by code point, built by running a regex's own character classes over every code
 point, so that a compiled pass reading the table answers exactly as the regex would.
 
-Cleaning and dedup replace regex searches by one pass over a text's code points (language scripts
-and word counts, the normalize scan, PII digit chains): each pass reads a per-code-point table, and
-each table comes from the pattern it replaces rather than from a hand-written list of ranges, so a
-new Unicode version of `re` or `regex` moves both together.
+Cleaning replaces regex searches by one pass over a text's code points (language scripts and word
+counts, the normalize scans, PII digit chains, the quality rules' token kinds): each pass reads a
+per-code-point table, and each table comes from the pattern it replaces rather than from a
+hand-written list of ranges, so a new Unicode version of `re` or `regex` moves both together.
 """
 
 from __future__ import annotations
