@@ -32,7 +32,7 @@ from platform_assets.cleaning.quality.kernels import (
     token_vocab,
 )
 from platform_assets.cleaning.quality.text_view import Vocab
-from platform_assets.code_point_tables import BMP_END, every_code_point
+from platform_assets.code_point_tables import BMP_END, class_bits, every_code_point
 
 _KIND = np.full(256, OTHER, dtype=np.uint8)
 _KIND[list(b"\t\n\x0b\x0c\r ")] = SPACE  # the pattern's whitespace: not \x1c-\x1f, which `re` calls space
@@ -67,14 +67,15 @@ def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if _BMP is None:
         import regex
 
-        plane = every_code_point(BMP_END)
-        kind = np.full(0x10000, OTHER, dtype=np.uint8)
-        kind[[ord(c) for c in regex.findall(r"\s", plane)]] = SPACE
-        kind[[ord(c) for c in regex.findall(r"\w", plane)]] = WORD
+        is_space, is_word, is_letter = 1, 2, 4
+        classes = class_bits(((regex.compile(r"\s"), is_space), (regex.compile(r"\w"), is_word),
+                              (regex.compile(r"\p{L}"), is_letter)), end=BMP_END)
+        kind = np.full(BMP_END, OTHER, dtype=np.uint8)
+        kind[(classes & is_space) != 0] = SPACE
+        kind[(classes & is_word) != 0] = WORD
         kind[[ord(c) for c in "-'’."]] = JOINER
-        letter = np.zeros(0x10000, dtype=np.int32)
-        letter[[ord(c) for c in regex.findall(r"\p{L}", plane)]] = 1
-        space = np.fromiter(map(str.isspace, plane), dtype=np.bool_, count=0x10000)
+        letter = ((classes & is_letter) != 0).astype(np.int32)
+        space = np.fromiter(map(str.isspace, every_code_point(BMP_END)), dtype=np.bool_, count=BMP_END)
         _BMP = kind, letter, space
     return _BMP
 
